@@ -1,0 +1,117 @@
+"""The compaction model: summaries and compacted results (spec §5 step 5, §6).
+
+Compact, Recency + Summary, ACON and ContextRender's oversized-result fallback
+all call a :class:`Compactor`. :class:`LLMCompactor` sends the summary prompt
+of spec §6 to any litellm model (paper: gpt-4.1, temperature 0).
+:class:`ExtractiveCompactor` is the deterministic offline stand-in: it is *not*
+an LLM; it keeps, in order, the lines that carry identifiers, numbers, paths
+and errors, and its usage is counted as if the same prompt had been sent, so
+offline costs stay comparable. Every record names the compactor that produced it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol, runtime_checkable
+
+from .events import Usage
+from .tfa import extract_values
+from .tokens import TokenCounter
+
+#: spec §6: the summary sections, and what must survive verbatim.
+SUMMARY_PROMPT = """You compress the working history of a tool-using agent so it can continue its task.
+Write a summary of the content below with these sections:
+## Files read
+## Key observations
+## Commands run
+## Decisions
+## Unresolved questions
+Copy every number, configuration key, file path, identifier (ids, e-mail addresses, names of
+records, API names) and error string verbatim; never paraphrase them. Omit pleasantries.
+Use at most {max_tokens} tokens."""
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """Compresses text to at most ``max_tokens`` tokens (the caller enforces the cap)."""
+
+    name: str
+
+    def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]: ...
+
+
+def _enforce_cap(counter: TokenCounter, text: str, max_tokens: int) -> str:
+    """A summary that still exceeds its share is truncated (spec §5 postcondition)."""
+    return text if counter.text(text) <= max_tokens else counter.truncate(text, max_tokens)
+
+
+class ExtractiveCompactor:
+    """Deterministic offline stand-in for the compaction model (not an LLM).
+
+    Lines carrying qualifying values (identifiers, numbers, paths, e-mail
+    parts, error strings) are kept first, in their original order; other lines
+    fill what room is left. Usage counts the prompt and output tokens as if an
+    LLM had been called with :data:`SUMMARY_PROMPT`.
+    """
+
+    name = "extractive-offline"
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.counter = counter or TokenCounter()
+
+    def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
+        prompt = (instructions or SUMMARY_PROMPT).format(max_tokens=max_tokens)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        important = [i for i, ln in enumerate(lines) if extract_values(ln) or re.search(r"error|exception|fail", ln, re.I)]
+        chosen: list[int] = []
+        used = self.counter.text("Key observations:\n")
+        for pool in (important, [i for i in range(len(lines)) if i not in set(important)]):
+            for i in pool:
+                cost = self.counter.text(lines[i]) + 1
+                if used + cost > max_tokens:
+                    continue
+                chosen.append(i)
+                used += cost
+        out = "Key observations:\n" + "\n".join(lines[i] for i in sorted(chosen))
+        out = _enforce_cap(self.counter, out, max_tokens)
+        usage = Usage(input=self.counter.text(prompt) + self.counter.text(text) + 8,
+                      output=self.counter.text(out), calls=1)
+        return out, usage
+
+
+class LLMCompactor:
+    """The compaction model through litellm (paper: gpt-4.1, temperature 0, top-p 1, seed 42)."""
+
+    def __init__(self, model: str = "gpt-4.1", counter: TokenCounter | None = None, **completion_kwargs: Any) -> None:
+        self.model = model
+        self.name = f"llm:{model}"
+        self.counter = counter or TokenCounter.for_model(model)
+        self.kwargs = {"temperature": 0.0, "top_p": 1.0, "seed": 42, **completion_kwargs}
+
+    def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
+        import litellm
+
+        system = (instructions or SUMMARY_PROMPT).format(max_tokens=max_tokens)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        usage = Usage()
+        out = ""
+        for attempt in range(2):  # re-ask once if the summary overshoots, then truncate
+            resp = litellm.completion(model=self.model, messages=messages, max_tokens=max_tokens, **self.kwargs)
+            out = resp.choices[0].message.content or ""
+            u = resp.usage
+            cached = getattr(getattr(u, "prompt_tokens_details", None), "cached_tokens", 0) or 0
+            usage = usage + Usage(input=u.prompt_tokens, output=u.completion_tokens, cached=cached, calls=1)
+            if self.counter.text(out) <= max_tokens:
+                break
+            messages = messages + [{"role": "assistant", "content": out},
+                                   {"role": "user", "content": f"Too long. Rewrite it in at most {max_tokens} tokens."}]
+        return _enforce_cap(self.counter, out, max_tokens), usage
+
+
+def make_compactor(kind: str = "extractive", model: str | None = None, **kwargs: Any) -> Compactor:
+    """``extractive`` (offline stand-in) or ``llm`` (litellm ``model``)."""
+    if kind == "extractive":
+        return ExtractiveCompactor()
+    if kind == "llm":
+        return LLMCompactor(model or "gpt-4.1", **kwargs)
+    raise ValueError(f"unknown compactor {kind!r}; choose extractive or llm")

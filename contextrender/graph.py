@@ -1,0 +1,423 @@
+"""The persistent context graph (spec §2, paper §3.1): the only store of history.
+
+One SQLite file (WAL mode) holds many sessions, one per task episode. Each
+session stores, in transcript order, its messages, tool calls, complete tool
+results (content, invocation index, timestamp, embedding), the qualifying
+values TFA extracted, and reuse edges. Every table is append-only — triggers
+refuse UPDATE and DELETE — so a render is always a view and an omitted result
+can be selected again at any later invocation.
+
+A session is rebuilt on open from the stored values and edges (text is never
+re-scanned), so a process that dies and reopens the file renders exactly what
+it would have rendered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .events import Message, MessageError, ToolCall, Usage
+from .tfa import FlowIndex, ReuseEdge
+from .tokens import MESSAGE_OVERHEAD, TokenCounter
+
+SCHEMA_VERSION = 1
+
+_TABLES = {
+    "sessions": "id TEXT PRIMARY KEY, encoding TEXT NOT NULL, created_at REAL NOT NULL, meta TEXT NOT NULL",
+    "messages": (
+        "session_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, "
+        "tool_calls TEXT, tool_call_id TEXT, name TEXT, invocation INTEGER NOT NULL, ntok INTEGER NOT NULL, "
+        "digest TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (session_id, seq)"
+    ),
+    "tool_results": (
+        "session_id TEXT NOT NULL, seq INTEGER NOT NULL, call_id TEXT NOT NULL, call_seq INTEGER, "
+        "tool_name TEXT NOT NULL, invocation INTEGER NOT NULL, ntok INTEGER NOT NULL, "
+        "marker_ntok INTEGER NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (session_id, seq)"
+    ),
+    "result_values": "session_id TEXT NOT NULL, seq INTEGER NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session_id, seq, value)",
+    "reuse_edges": (
+        "session_id TEXT NOT NULL, op_seq INTEGER NOT NULL, part INTEGER NOT NULL, value TEXT NOT NULL, "
+        "source_seq INTEGER NOT NULL, PRIMARY KEY (session_id, op_seq, part, value)"
+    ),
+    "embeddings": (
+        "session_id TEXT NOT NULL, seq INTEGER NOT NULL, model TEXT NOT NULL, vec BLOB NOT NULL, "
+        "PRIMARY KEY (session_id, seq, model)"
+    ),
+    # Derived texts a policy must not recompute (compactions, summaries): keyed, append-only.
+    "artifacts": (
+        "id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, kind TEXT NOT NULL, "
+        "key TEXT NOT NULL, payload TEXT NOT NULL, created_at REAL NOT NULL"
+    ),
+}
+
+
+class GraphError(RuntimeError):
+    """The graph cannot take this input (diverged history, wrong encoding...)."""
+
+
+def omission_marker(tool_name: str, call_id: str) -> str:
+    """What an omitted result leaves on its tool call (spec §5, project choice).
+
+    The call stays, so call/result pairing is valid for provider APIs; the
+    marker names the call and is charged to B like any other text.
+    """
+    return f"[result of {tool_name} (call {call_id}) omitted to fit the context budget]"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A stored tool result. ``seq`` (its transcript index) is its id everywhere."""
+
+    seq: int
+    call_id: str
+    call_seq: int | None  # seq of the assistant message that made the call (None if orphan)
+    tool_name: str
+    invocation: int  # k: the invocation whose tool call produced it (spec §4, age = t − k)
+    ntok: int  # Tok of the tool message with its full content
+    marker_ntok: int  # Tok of the tool message carrying the omission marker
+    created_at: float
+
+
+def _digest(msg: Message) -> str:
+    return hashlib.sha256(json.dumps(msg.to_openai(), sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
+
+
+class ContextGraph:
+    """A SQLite file of sessions. Thread-safe: one connection guarded by a lock."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        self._sessions: dict[str, Session] = {}
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._create_schema()
+
+    def _create_schema(self) -> None:
+        db = self._db
+        db.execute("CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL)")
+        row = db.execute("SELECT version FROM schema_info").fetchone()
+        if row is None:
+            db.execute("INSERT INTO schema_info VALUES (?)", (SCHEMA_VERSION,))
+        elif row[0] != SCHEMA_VERSION:
+            raise GraphError(f"{self.path}: graph schema v{row[0]}, this code reads v{SCHEMA_VERSION}")
+        for name, cols in _TABLES.items():
+            db.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols})")
+            # spec §2: nothing is ever deleted or rewritten.
+            for op in ("UPDATE", "DELETE"):
+                db.execute(
+                    f"CREATE TRIGGER IF NOT EXISTS {name}_no_{op.lower()} BEFORE {op} ON {name} "
+                    f"BEGIN SELECT RAISE(ABORT, 'context graph is append-only: {op} on {name}'); END"
+                )
+        db.execute("CREATE INDEX IF NOT EXISTS artifacts_key ON artifacts (session_id, kind, key, id)")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def session(self, session_id: str, *, counter: TokenCounter | None = None,
+                meta: dict[str, Any] | None = None) -> Session:
+        """Create the session, or resume it from the file if it exists."""
+        with self._lock:
+            if session_id in self._sessions:
+                return self._sessions[session_id]
+            counter = counter or TokenCounter()
+            row = self._db.execute("SELECT encoding FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is None:
+                with self._tx() as db:
+                    db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
+                               (session_id, counter.encoding_name, time.time(), json.dumps(meta or {})))
+            elif row[0] != counter.encoding_name:
+                raise GraphError(
+                    f"session {session_id!r} was stored with encoding {row[0]}, not {counter.encoding_name}")
+            s = Session(self, session_id, counter)
+            self._sessions[session_id] = s
+            return s
+
+    def session_ids(self) -> list[str]:
+        return [r[0] for r in self._query("SELECT id FROM sessions ORDER BY created_at, id")]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            self._sessions.clear()
+
+    def __enter__(self) -> ContextGraph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """One task episode's history, with its TFA index. Obtain via :meth:`ContextGraph.session`."""
+
+    def __init__(self, graph: ContextGraph, session_id: str, counter: TokenCounter) -> None:
+        self.graph = graph
+        self.id = session_id
+        self.counter = counter
+        self._messages: list[Message] = []
+        self._ntok: list[int] = []
+        self._digests: list[str] = []
+        self._invocations: list[int] = []  # invocation index of each message
+        self._results: list[ToolResult] = []
+        self._result_by_seq: dict[int, ToolResult] = {}
+        self._calls: dict[str, tuple[int, ToolCall, int]] = {}  # call id -> (assistant seq, call, invocation)
+        self._n_assistant = 0
+        self.flow = FlowIndex()
+        self._emb: dict[str, dict[int, np.ndarray]] = {}
+        self._load()
+
+    # -- loading -----------------------------------------------------------------
+
+    def _load(self) -> None:
+        q = self.graph._query
+        for seq, role, content, calls, tcid, name, inv, ntok, digest in q(
+            "SELECT seq, role, content, tool_calls, tool_call_id, name, invocation, ntok, digest "
+            "FROM messages WHERE session_id = ? ORDER BY seq", (self.id,)):
+            tool_calls = tuple(ToolCall(**c) for c in json.loads(calls)) if calls else ()
+            msg = Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=tcid, name=name)
+            self._remember(msg, ntok, digest, inv)
+        for row in q("SELECT seq, call_id, call_seq, tool_name, invocation, ntok, marker_ntok, created_at "
+                     "FROM tool_results WHERE session_id = ? ORDER BY seq", (self.id,)):
+            r = ToolResult(*row)
+            self._results.append(r)
+            self._result_by_seq[r.seq] = r
+        values: dict[int, list[str]] = {}
+        for seq, value in q("SELECT seq, value FROM result_values WHERE session_id = ? ORDER BY seq, value", (self.id,)):
+            values.setdefault(seq, []).append(value)
+        edges_by_op: dict[int, list[ReuseEdge]] = {}
+        for op_seq, part, value, src in q(
+            "SELECT op_seq, part, value, source_seq FROM reuse_edges WHERE session_id = ? "
+            "ORDER BY op_seq, part, value", (self.id,)):
+            edges_by_op.setdefault(op_seq, []).append(ReuseEdge(src, op_seq, part, value))
+        # Replay the index updates in transcript order: identical state to the live one.
+        for seq in range(len(self._messages)):
+            if seq in values:
+                self.flow.add_result_values(seq, values[seq])
+            if seq in edges_by_op:
+                self.flow.add_edges(edges_by_op[seq])
+
+    def _remember(self, msg: Message, ntok: int, digest: str, invocation: int) -> None:
+        seq = len(self._messages)
+        self._messages.append(msg)
+        self._ntok.append(ntok)
+        self._digests.append(digest)
+        self._invocations.append(invocation)
+        if msg.role == "assistant":
+            self._n_assistant += 1
+            for c in msg.tool_calls:
+                self._calls[c.id] = (seq, c, invocation)
+
+    # -- appending ---------------------------------------------------------------
+
+    def add(self, message: Message | dict[str, Any]) -> int:
+        """Append one OpenAI-format message; return its seq (transcript index).
+
+        Tool results are indexed by TFA; assistant messages are scanned as
+        operations (their text, and each tool call) for reuse of earlier values.
+        """
+        where = f"session {self.id!r} message {len(self._messages)}"
+        msg = Message.from_openai(message, where)
+        seq = len(self._messages)
+        ntok = self.counter.message(msg)
+        digest = _digest(msg)
+        now = time.time()
+        invocation = self._n_assistant  # an assistant message is invocation k = #assistants before it
+        result: ToolResult | None = None
+        values: list[str] = []
+        edges: list[ReuseEdge] = []
+        if msg.role == "tool":
+            assert msg.tool_call_id is not None
+            call = self._calls.get(msg.tool_call_id)
+            if call is not None:
+                call_seq, tc, k = call
+                tool_name, result_inv = tc.name, k
+            else:  # an orphan result: treat it as produced by the latest invocation
+                call_seq, tool_name, result_inv = None, msg.name or "tool", self._n_assistant - 1
+            marker = omission_marker(tool_name, msg.tool_call_id)
+            result = ToolResult(seq, msg.tool_call_id, call_seq, tool_name, result_inv, ntok,
+                                MESSAGE_OVERHEAD + self.counter.text(marker), now)
+            invocation = result_inv
+            values = self.flow.add_result(seq, msg.content)
+        elif msg.role == "assistant":
+            if msg.content:
+                edges += self.flow.add_operation(seq, -1, msg.content)
+            for i, call in enumerate(msg.tool_calls):
+                edges += self.flow.add_operation(seq, i, call.text())
+        try:
+            with self.graph._tx() as db:
+                calls_json = json.dumps([c.__dict__ for c in msg.tool_calls]) if msg.tool_calls else None
+                db.execute("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           (self.id, seq, msg.role, msg.content, calls_json, msg.tool_call_id, msg.name,
+                            invocation, ntok, digest, now))
+                if result is not None:
+                    db.execute("INSERT INTO tool_results VALUES (?,?,?,?,?,?,?,?,?)",
+                               (self.id, seq, result.call_id, result.call_seq, result.tool_name,
+                                result.invocation, result.ntok, result.marker_ntok, now))
+                    db.executemany("INSERT INTO result_values VALUES (?,?,?)", [(self.id, seq, v) for v in values])
+                db.executemany("INSERT INTO reuse_edges VALUES (?,?,?,?,?)",
+                               [(self.id, e.op_seq, e.part, e.value, e.source) for e in edges])
+        except BaseException:
+            # Keep memory equal to the file: rebuild the index from what was committed.
+            self.flow = FlowIndex()
+            self._reset_and_reload()
+            raise
+        self._remember(msg, ntok, digest, invocation)
+        if result is not None:
+            self._results.append(result)
+            self._result_by_seq[seq] = result
+        return seq
+
+    def _reset_and_reload(self) -> None:
+        self._messages, self._ntok, self._digests, self._invocations = [], [], [], []
+        self._results, self._result_by_seq, self._calls, self._n_assistant = [], {}, {}, 0
+        self._load()
+
+    def extend(self, messages: Iterable[Message | dict[str, Any]]) -> list[int]:
+        return [self.add(m) for m in messages]
+
+    def sync(self, messages: Sequence[Message | dict[str, Any]]) -> int:
+        """Make the session hold ``messages`` (an agent's full, untrimmed list).
+
+        Messages already stored must match (by content digest); the unseen tail
+        is appended. Returns how many were added. Raises :class:`GraphError` if
+        the agent's history diverged from the stored one, since silently
+        accepting an edited past would corrupt TFA.
+        """
+        n = len(self._messages)
+        if len(messages) < n:
+            raise GraphError(f"session {self.id!r}: got {len(messages)} messages, graph holds {n}; "
+                             "pass the full history, not a trimmed one")
+        for i in range(n):
+            m = Message.from_openai(messages[i], f"session {self.id!r} message {i}")
+            if _digest(m) != self._digests[i]:
+                raise GraphError(f"session {self.id!r}: message {i} differs from the stored one; "
+                                 "history is append-only")
+        for m in messages[n:]:
+            self.add(m)
+        return len(messages) - n
+
+    # -- reads -------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        return tuple(self._messages)
+
+    def message(self, seq: int) -> Message:
+        return self._messages[seq]
+
+    def ntok(self, seq: int) -> int:
+        """Stored token count of message ``seq`` (full content)."""
+        return self._ntok[seq]
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        return [m.to_openai() for m in self._messages]
+
+    @property
+    def results(self) -> Sequence[ToolResult]:
+        """Tool results in transcript order."""
+        return tuple(self._results)
+
+    def result(self, seq: int) -> ToolResult:
+        return self._result_by_seq[seq]
+
+    def is_result(self, seq: int) -> bool:
+        return seq in self._result_by_seq
+
+    @property
+    def next_invocation(self) -> int:
+        """t: the index of the next model call (number of assistant messages so far)."""
+        return self._n_assistant
+
+    def invocation_of(self, seq: int) -> int:
+        return self._invocations[seq]
+
+    def reuse_score(self, seq: int) -> float:
+        """c_t(r) (Eq. 1) for the result at ``seq``, with t = the next invocation."""
+        return self.flow.reuse_score(seq)
+
+    def reuse_edges(self) -> list[ReuseEdge]:
+        rows = self.graph._query("SELECT source_seq, op_seq, part, value FROM reuse_edges WHERE session_id = ? "
+                                 "ORDER BY op_seq, part, value", (self.id,))
+        return [ReuseEdge(*r) for r in rows]
+
+    def result_values(self, seq: int) -> list[str]:
+        rows = self.graph._query("SELECT value FROM result_values WHERE session_id = ? AND seq = ? ORDER BY value",
+                                 (self.id, seq))
+        return [r[0] for r in rows]
+
+    # -- embeddings (spec §2: computed once per result and stored) ---------------
+
+    def result_embeddings(self, embedder: Any, seqs: Sequence[int]) -> tuple[np.ndarray, Usage]:
+        """Unit embeddings of results ``seqs`` (rows in the given order).
+
+        Missing ones are computed once (first ``embedder.max_chars`` characters,
+        spec §4) and stored; the returned usage counts only those newly computed.
+        """
+        model = embedder.name
+        store = self._emb.get(model)
+        if store is None:
+            store = {}
+            for seq, blob in self.graph._query(
+                    "SELECT seq, vec FROM embeddings WHERE session_id = ? AND model = ?", (self.id, model)):
+                store[seq] = np.frombuffer(blob, dtype=np.float32)
+            self._emb[model] = store
+        missing = [s for s in seqs if s not in store]
+        usage = Usage()
+        if missing:
+            texts = [self._messages[s].content for s in missing]
+            vecs, usage = embedder.embed_documents(texts)
+            with self.graph._tx() as db:
+                db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
+                               [(self.id, s, model, v.astype(np.float32).tobytes()) for s, v in zip(missing, vecs)])
+            for s, v in zip(missing, vecs):
+                store[s] = v.astype(np.float32)
+        if not seqs:
+            return np.zeros((0, getattr(embedder, "dim", 0)), dtype=np.float32), usage
+        return np.stack([store[s] for s in seqs]), usage
+
+    # -- artifacts (policy-derived texts, append-only) --------------------------
+
+    def put_artifact(self, kind: str, key: str, payload: dict[str, Any]) -> None:
+        with self.graph._tx() as db:
+            db.execute("INSERT INTO artifacts (session_id, kind, key, payload, created_at) VALUES (?,?,?,?,?)",
+                       (self.id, kind, key, json.dumps(payload, ensure_ascii=False), time.time()))
+
+    def latest_artifact(self, kind: str, key: str) -> dict[str, Any] | None:
+        rows = self.graph._query("SELECT payload FROM artifacts WHERE session_id = ? AND kind = ? AND key = ? "
+                                 "ORDER BY id DESC LIMIT 1", (self.id, kind, key))
+        return json.loads(rows[0][0]) if rows else None
+
+
+__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "omission_marker"]

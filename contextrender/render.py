@@ -1,0 +1,184 @@
+"""Budget accounting and rendering helpers shared by every context policy.
+
+A policy turns a :class:`~contextrender.graph.Session` into the history the
+model sees next: ``render(session, budget) -> Rendered``. The budget scope is
+the same for all policies (spec §1, §A.4): the leading system prompt and the
+current user message are outside B; everything else (the history H_t) is
+charged to B with the one :class:`~contextrender.tokens.TokenCounter`.
+:func:`check_budget` is the single budget check; a render above B raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .events import Message, Usage
+from .graph import Session, omission_marker
+from .tokens import MESSAGE_OVERHEAD
+
+
+class BudgetExceeded(AssertionError):
+    """A budgeted policy rendered more than B tokens of history: a bug, never a silent overflow."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a policy hands the model: the prompt and what it cost to build.
+
+    ``messages``: the full prompt in chronological order (system prompt,
+    history, current user message), OpenAI format. ``tokens``: Tok(H_t), the
+    part charged to B. ``visible``: seqs of tool results whose complete,
+    original text is in ``messages`` (compacted or summarised forms do not
+    count; spec §7). ``usage``: what the policy itself spent (summariser
+    calls, embeddings) for the cost model.
+    """
+
+    messages: tuple[dict[str, Any], ...]
+    tokens: int
+    visible: frozenset[int]
+    usage: Usage = field(default_factory=Usage)
+
+
+@runtime_checkable
+class ContextPolicy(Protocol):
+    """Every context method — ContextRender and each baseline — implements this."""
+
+    name: str
+    budgeted: bool  # False only for Full history, which may exceed B
+
+    def render(self, session: Session, budget: int) -> Rendered: ...
+
+
+def check_budget(tokens: int, budget: int, policy: str) -> None:
+    """The one budget check (spec §5 postcondition: Tok(H_t) ≤ B)."""
+    if tokens > budget:
+        raise BudgetExceeded(f"{policy} rendered {tokens} history tokens, budget is {budget}")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which messages are charged to B (spec §1, §A.4).
+
+    ``system``: the leading system messages (the system prompt). ``current``:
+    the latest user message (None before any). ``history``: every other
+    message, in order — H_t.
+    """
+
+    system: tuple[int, ...]
+    current: int | None
+    history: tuple[int, ...]
+
+    @staticmethod
+    def of(session: Session) -> Scope:
+        msgs = session.messages
+        n_sys = 0
+        while n_sys < len(msgs) and msgs[n_sys].role == "system":
+            n_sys += 1
+        current = next((i for i in range(len(msgs) - 1, n_sys - 1, -1) if msgs[i].role == "user"), None)
+        history = tuple(i for i in range(n_sys, len(msgs)) if i != current)
+        return Scope(tuple(range(n_sys)), current, history)
+
+    def history_results(self, session: Session) -> list[int]:
+        return [s for s in self.history if session.is_result(s)]
+
+    def full_tokens(self, session: Session) -> int:
+        return sum(session.ntok(s) for s in self.history)
+
+
+# A tool result in a layout is shown in full (FULL), as its omission marker
+# (MARKER), or as replacement text (a str: compacted form). Messages absent from
+# the layout are not rendered at all.
+FULL = "full"
+MARKER = "marker"
+
+
+def assemble(session: Session, scope: Scope, shown: Iterable[int],
+             bodies: Mapping[int, str] | None = None,
+             inserts: Mapping[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """Build the prompt in chronological order.
+
+    ``shown``: history seqs to render; tool results among them are rendered in
+    full unless ``bodies`` maps them to replacement text (a marker or a
+    compacted form). ``inserts``: extra messages (summaries) placed before the
+    given seq; key -1 places them right after the system prompt.
+    """
+    bodies = bodies or {}
+    inserts = inserts or {}
+    keep = set(shown)
+    if scope.current is not None:
+        keep.add(scope.current)
+    out: list[dict[str, Any]] = [session.message(s).to_openai() for s in scope.system]
+    out.extend(inserts.get(-1, []))
+    for seq in range(len(scope.system), len(session)):
+        out.extend(inserts.get(seq, []))
+        if seq not in keep:
+            continue
+        msg = session.message(seq).to_openai()
+        if seq in bodies:
+            msg["content"] = bodies[seq]
+        out.append(msg)
+    return out
+
+
+def marker_text(session: Session, seq: int) -> str:
+    r = session.result(seq)
+    return omission_marker(r.tool_name, r.call_id)
+
+
+def text_message_tokens(counter: Any, text: str) -> int:
+    """Tok of one message carrying ``text`` (summary messages, compacted results)."""
+    return MESSAGE_OVERHEAD + counter.text(text)
+
+
+@dataclass(frozen=True)
+class Trim:
+    """Result of fitting the verbatim messages into B (spec §5, project choice)."""
+
+    kept: tuple[int, ...]  # history seqs still rendered
+    base_tokens: int  # Tok with every kept result as its marker
+    clipped_first_user: str | None = None  # set only if the task message alone exceeds B
+
+
+def fit_verbatim(session: Session, scope: Scope, budget: int) -> Trim:
+    """Charge user/assistant messages first; if they alone exceed B, drop the oldest turns.
+
+    The paper does not say what gives when the verbatim messages exceed B
+    (spec §5). Project choice: drop whole units oldest first — a user message,
+    or an assistant message together with its tool results, so call/result
+    pairs never split — and never the first user message of the task. If that
+    message alone still exceeds B, its text is clipped so that the
+    postcondition Tok(H_t) ≤ B holds.
+    """
+    cost = {s: (session.result(s).marker_ntok if session.is_result(s) else session.ntok(s)) for s in scope.history}
+    total = sum(cost.values())
+    if total <= budget:
+        return Trim(scope.history, total)
+    first_user = next((i for i, m in enumerate(session.messages) if m.role == "user"), None)
+    units: list[list[int]] = []
+    owner: dict[int, int] = {}
+    for s in scope.history:
+        if session.is_result(s):
+            cs = session.result(s).call_seq
+            if cs is not None and cs in owner:
+                units[owner[cs]].append(s)
+                continue
+        owner[s] = len(units)
+        units.append([s])
+    dropped: set[int] = set()
+    for unit in units:
+        if total <= budget:
+            break
+        if first_user in unit:
+            continue
+        dropped.update(unit)
+        total -= sum(cost[s] for s in unit)
+    kept = tuple(s for s in scope.history if s not in dropped)
+    clipped = None
+    if total > budget and first_user is not None and first_user in kept:
+        counter = session.counter
+        room = budget - (total - cost[first_user]) - MESSAGE_OVERHEAD
+        clipped = counter.truncate(session.message(first_user).content, max(room, 0))
+        total = total - cost[first_user] + text_message_tokens(counter, clipped)
+    return Trim(kept, total, clipped)

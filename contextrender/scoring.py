@@ -1,0 +1,65 @@
+"""The usefulness score U_t(r) (spec §4, paper §3.3 and §A.3).
+
+    U_t(r) = W_rec·exp(−λ·a_t(r)) + W_reuse·(1 − exp(−γ·c_t(r))) + W_rel·s_t(r)
+
+with s_t(r) = max(cos(emb(r), q_t), 0) and
+q_t = 0.4·unit(emb(x)) + 0.6·unit(emb(f_t)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Weights:
+    """(W_rec, W_rel, W_reuse). Ablations zero a weight without renormalising (spec §4)."""
+
+    recency: float = 1.0
+    relevance: float = 1.0
+    reuse: float = 1.0
+
+
+@dataclass(frozen=True)
+class ScoringParams:
+    """Every constant of spec §4–§5, with the paper's defaults."""
+
+    weights: Weights = Weights()
+    lam: float = 0.3  # λ, recency decay per turn
+    gamma: float = 0.2  # γ, reuse saturation
+    diversity: float = 0.5  # the 0.5 in R_t(r|S) = U_t(r) − 0.5·D(r,S)  (spec §5)
+    task_weight: float = 0.4  # weight of unit(emb(x)) in q_t  (spec §4)
+    focus_weight: float = 0.6  # weight of unit(emb(f_t)) in q_t
+    task_chars: int = 2000  # x = first user message clipped to 2,000 chars
+    result_chars: int = 8000  # emb(r) embeds the first 8,000 chars
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else np.zeros_like(v)
+
+
+def query_vector(task_emb: np.ndarray, focus_emb: np.ndarray | None, p: ScoringParams) -> np.ndarray:
+    """q_t (spec §4). Without an assistant message yet, f_t is the user message alone."""
+    q = p.task_weight * unit(task_emb)
+    if focus_emb is not None:
+        q = q + p.focus_weight * unit(focus_emb)
+    return q
+
+
+def relevance(result_embs: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """s_t(r) = max(cos(emb(r), q_t), 0); rows of ``result_embs`` are unit vectors."""
+    qu = unit(q)
+    if result_embs.shape[0] == 0 or not qu.any():
+        return np.zeros(result_embs.shape[0], dtype=np.float64)
+    return np.maximum(result_embs.astype(np.float64) @ qu.astype(np.float64), 0.0)
+
+
+def usefulness(ages: np.ndarray, reuse_counts: np.ndarray, rel: np.ndarray, p: ScoringParams) -> np.ndarray:
+    """U_t(r) for arrays of a_t(r), c_t(r), s_t(r) (Eq. 2)."""
+    w = p.weights
+    return (w.recency * np.exp(-p.lam * ages)
+            + w.reuse * (1.0 - np.exp(-p.gamma * reuse_counts))
+            + w.relevance * rel)
