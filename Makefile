@@ -34,5 +34,38 @@ check: setup ## lint and type-check
 bench: setup ## per-invocation overhead at 100/1k/10k results → results/bench/overhead.json
 	$(PY) -m experiments.bench $(ARGS)
 
+# Offline default: the context-bounded oracle on BFCL v4 multi-turn long-context.
+# Paper setting: make reproduce-table1 MODEL=gpt41 BENCHMARK=appworld_test_normal BUDGET=6000
+OFFLINE_BUDGET ?= 2000
+RUN_BUDGET = $(if $(BUDGET),$(BUDGET),$(if $(filter oracle,$(MODEL)),$(OFFLINE_BUDGET),6000))
+RUNS ?= results/runs
+
+reproduce-table1: setup ## run every Table 1 method, then write results/table1.{md,csv,tex} and Figure 4
+	$(PY) -m experiments.run -m +experiment=table1 model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) $(ARGS)
+	$(PY) -m analysis.tables --runs $(RUNS)/table1 --out results --table table1
+	$(PY) -m analysis.tables --runs $(RUNS)/table1 --out results --table main
+	$(PY) -m analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
+
+ablation: setup ## Table 2/3: weight ablations (task score) + later-used recall by replaying Full traces
+	$(PY) -m experiments.run -m +experiment=ablation model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) $(ARGS)
+	$(PY) -m experiments.replay traces=$$(ls $(RUNS)/ablation/traces/*__full__B$(RUN_BUDGET).jsonl | head -n1) \
+		budget=$(RUN_BUDGET) 'methods=[full,prune,semantic_retrieval,cr_recency,cr_relevance,cr_recency_relevance,contextrender]' \
+		output=results/recall_B$(RUN_BUDGET).json
+	$(PY) -m analysis.tables --runs $(RUNS)/ablation --out results --table ablation --recall results/recall_B$(RUN_BUDGET).json
+
+SWEEP_BUDGETS ?= 1000,2000,4000
+sweep: setup ## Figure 5: performance vs budget (SWEEP_BUDGETS=1000,2000,4000 offline)
+	$(PY) -m experiments.run -m +experiment=budget_sweep_offline model=$(MODEL) benchmark=$(BENCHMARK) budget=$(SWEEP_BUDGETS) $(ARGS)
+	$(PY) -m analysis.tables --runs $(RUNS)/budget_sweep_offline --out results --table sweep
+	$(PY) -m analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
+
+tables: setup ## rebuild every table from the records under results/runs
+	$(PY) -m analysis.tables --runs $(RUNS)/table1 --out results --table table1
+	$(PY) -m analysis.tables --runs $(RUNS)/table1 --out results --table main
+
+plots: setup ## rebuild the figures from the records under results/runs
+	$(PY) -m analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
+	-$(PY) -m analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
+
 clean: ## remove caches and raw run directories (keeps committed results)
 	rm -rf .pytest_cache .hypothesis outputs multirun results/runs

@@ -25,7 +25,8 @@ import functools
 import importlib
 import inspect
 import json
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from bfcl_eval.constants.executable_backend_config import (
     CLASS_FILE_PATH_MAPPING,
@@ -76,16 +77,18 @@ def _backend_class(class_name: str) -> type:
     return getattr(module, class_name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parameter_names(function_name: str) -> tuple[str, ...] | None:
     """Parameter names of a backend method, for mapping positional arguments.
 
     Method names are unique across the multi-turn backends, so the name alone
     identifies the method.
     """
+    if function_name.startswith("_"):
+        return None
     for class_name in MULTI_TURN_CLASSES:
         method = getattr(_backend_class(class_name), function_name, None)
-        if callable(method) and not function_name.startswith("_"):
+        if callable(method):
             params = list(inspect.signature(method).parameters)
             return tuple(params[1:])  # drop ``self``
     return None
@@ -119,7 +122,7 @@ def parse_call_string(call: str) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"cannot name positional arguments of unknown function {name!r}")
         if len(node.args) > len(params):
             raise ValueError(f"too many positional arguments for {name}: {call!r}")
-        for param, arg in zip(params, node.args):
+        for param, arg in zip(params, node.args, strict=False):
             arguments[param] = _literal(arg, call)
     for keyword in node.keywords:
         if keyword.arg is None:

@@ -1,9 +1,8 @@
 """Task loading for the BFCL v4 multi-turn categories.
 
 The data ships inside the ``bfcl-eval`` wheel (installed with ``--no-deps``).
-We only read its JSONL files here; nothing from ``bfcl_eval`` is imported
-except the (dependency-free) backend-name mapping, so this module works
-without BFCL's provider SDKs.
+We read its JSONL files and import only two dependency-free constant tables
+from it, so this works without BFCL's provider SDKs.
 
 Held-out functions: BFCL marks them in two ways.
 
@@ -30,6 +29,7 @@ from typing import Any
 from bfcl_eval.constants.executable_backend_config import (
     MULTI_TURN_FUNC_DOC_FILE_MAPPING,
 )
+
 # BFCL's own table from its parameter types (``dict``, ``float``, ``tuple``,
 # ``any``, ...) to JSON Schema types, so models see what the leaderboard shows.
 from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
@@ -68,13 +68,11 @@ def data_dir() -> Path:
     """Directory holding BFCL's data files inside the installed package."""
     spec = importlib.util.find_spec("bfcl_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "bfcl-eval is not installed: pip install --no-deps bfcl-eval==2026.3.23"
-        )
+        raise ImportError("bfcl-eval is not installed: pip install --no-deps bfcl-eval==2026.3.23")
     return Path(spec.submodule_search_locations[0]) / "data"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
     # Cached because long_context entries are read repeatedly in tests; callers
     # get deep copies so the cache can never be mutated through a task.
@@ -90,9 +88,7 @@ def _function_docs(involved_classes: tuple[str, ...]) -> tuple[dict[str, Any], .
     return tuple(docs)
 
 
-def load_tasks(
-    category: str, limit: int | None = None, ids: list[str] | None = None
-) -> list[BFCLTask]:
+def load_tasks(category: str, limit: int | None = None, ids: list[str] | None = None) -> list[BFCLTask]:
     """Load tasks of ``category`` in dataset order.
 
     ``ids`` keeps only those entries (unknown ids raise ``KeyError``);
@@ -101,7 +97,9 @@ def load_tasks(
     if category not in CATEGORIES:
         raise ValueError(f"unsupported category {category!r}; expected one of {sorted(CATEGORIES)}")
     entries = _read_jsonl(data_dir() / f"BFCL_v4_{category}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json")}
+    answers = {
+        a["id"]: a["ground_truth"] for a in _read_jsonl(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json")
+    }
 
     if ids is not None:
         by_id = {e["id"]: e for e in entries}

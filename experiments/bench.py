@@ -1,0 +1,632 @@
+"""Per-invocation overhead of ContextRender at long horizons (spec §10).
+
+The paper leaves "per-invocation TFA and scoring overhead at long horizons"
+uncharacterised; this script measures it on synthetic sessions of 100, 1,000
+and 10,000 historical tool results of ~300 tokens each and writes
+``results/bench/overhead.json`` plus a markdown table on stdout::
+
+    python -m experiments.bench                       # the default run (a few minutes)
+    python -m experiments.bench --quick               # smoke run (seconds)
+    python -m experiments.bench --sizes 100 1000 --repeats 30
+
+What one *invocation* is here: the adapter appends the previous turn (one
+assistant message with a tool call, then its tool result) to the session, and
+the selector renders the history for the next model call. Per invocation:
+
+- ``tfa``: time inside :class:`~contextrender.tfa.FlowIndex` ``add_result`` and
+  ``add_operation`` while :meth:`Session.add` stores the two new messages
+  (a :class:`FlowIndex` subclass that only adds timers around ``super()``).
+- ``graph_insert``: the rest of :meth:`Session.add` (validation, token counts,
+  digest, SQLite transaction).
+- ``scoring``: the production :meth:`ContextRender.select` from its start to
+  the return of ``usefulness`` (scope, stored-embedding lookup, ages, c_t, q_t,
+  s_t, U_t for every result), minus ``fit_verbatim``.
+- ``selection``: the rest of that same ``select`` call plus ``fit_verbatim``:
+  verbatim charging/trimming, greedy, assembly, Tok(H_t) recount, budget check.
+- ``total`` = tfa + graph_insert + scoring + selection.
+
+Phases are split by wrapping the building blocks ``select`` looks up in
+``contextrender.selector`` (``fit_verbatim``, ``usefulness``, ...) with
+timers; the measured code is the production code. Embedding calls are
+excluded: every result's vector and the q_t texts are embedded (with
+:class:`HashingEmbedder`) before the timed call, and the run records how many
+embedding calls happened inside timed regions (must be 0).
+
+Two budgets: B = 6000 (the paper's primary setting; at long horizons the
+verbatim messages overflow it and the oldest turns are trimmed, so few results
+stay candidates) and a large budget B = Tok(verbatim messages + every marker)
++ ``--large-room`` tokens, recomputed before each invocation, under which every
+result stays a candidate. Medians over ``--repeats`` invocations.
+
+Also reported: TFA scan throughput (MB/s of new tool-result text through
+``FlowIndex.add_result``), and the ratio of a naive TFA (re-scan the whole
+history every invocation, then compute c_t) to the incremental one
+(new turn's ``add_result``/``add_operation`` + ``reuse_scores``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+import contextrender.selector as selector_mod
+from contextrender import ContextGraph, ContextRender, FlowIndex, HashingEmbedder, Usage
+from contextrender.graph import Session
+from contextrender.render import Scope, fit_verbatim
+from contextrender.tfa import ReuseEdge, extract_values, match_tokens
+
+DEFAULT_OUT = Path("results/bench/overhead.json")
+PRIMARY_BUDGET = 6000
+TARGETS_MS = {1000: 5.0, 10000: 50.0}  # median total per invocation (project performance goals)
+
+# --------------------------------------------------------------------------------------------------
+# Synthetic workload: tool results are JSON records (ids, e-mails, paths, numbers, dates, free text);
+# people recur across results, and later tool calls reuse values from earlier results.
+# --------------------------------------------------------------------------------------------------
+
+_FIRST = ("troy", "nancy", "kathryn", "omar", "li", "priya", "diego", "amara", "jonas", "mei", "sven", "fatima",
+          "noah", "ines", "kofi", "yuki", "lucas", "zara", "arjun", "elena", "tariq", "hana", "marco", "aisha")
+_LAST = ("solo", "maldonado", "chen", "okafor", "schmidt", "rossi", "haddad", "kim", "novak", "silva", "patel",
+         "larsen", "moreau", "tanaka", "ibrahim", "garcia", "nguyen", "kowalski", "mensah", "dubois")
+_DOMAINS = ("gmail.com", "outlook.com", "acme-corp.io", "example.org", "proton.me", "uni-mail.edu")
+_DIRS = ("docs", "invoices", "reports", "photos", "backups", "src", "notes", "exports")
+_EXTS = ("pdf", "csv", "json", "txt", "png", "xlsx", "md")
+_STATUS = ("pending", "shipped", "delivered", "refunded", "cancelled", "on_hold")
+_WORDS = ("invoice", "payment", "meeting", "roommate", "dinner", "rent", "utility", "refund", "review", "draft",
+          "quarterly", "budget", "travel", "receipt", "contract", "renewal", "subscription", "groceries",
+          "transfer", "deadline", "project", "summary", "follow", "approve", "reminder", "shared", "monthly")
+_TOOLS = ("search_contacts", "list_orders", "list_files", "get_transactions", "search_messages")
+_PREFIX = {"search_contacts": "ct", "list_orders": "ord", "list_files": "fil", "get_transactions": "txn",
+           "search_messages": "msg"}
+SYSTEM_PROMPT = "You are a careful assistant operating a personal-finance and files API through tool calls."
+TASK = ("Reconcile every March invoice with its payment, move the matching receipts into the shared "
+        "finance folder and e-mail a summary to my roommates.")
+
+
+class Workload:
+    """Deterministic generator of (assistant tool call, tool result) turns."""
+
+    def __init__(self, seed: int = 0, n_people: int = 3000, records: tuple[int, ...] = (2, 3)) -> None:
+        self.rng = random.Random(seed)
+        rng = self.rng
+        self.records = records
+        self.people = []
+        for i in range(n_people):
+            first, last = rng.choice(_FIRST), rng.choice(_LAST)
+            sep = rng.choice("._")
+            self.people.append({
+                "user_id": f"usr_{i:06d}", "name": f"{first.title()} {last.title()}",
+                "email": f"{first}{sep}{last}{rng.randrange(100)}@{rng.choice(_DOMAINS)}", "first": first,
+            })
+        self.reusable: list[list[str]] = []  # per earlier result: values a later call may quote
+        self.k = 0
+
+    def _record(self, tool: str) -> tuple[dict[str, Any], list[str]]:
+        rng = self.rng
+        p = rng.choice(self.people)
+        rid = f"{_PREFIX[tool]}_{rng.randrange(16 ** 8):08x}"
+        date = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        path = f"/home/{p['first']}/{rng.choice(_DIRS)}/{rng.choice(_WORDS)}_{date}.{rng.choice(_EXTS)}"
+        rec = {
+            "id": rid, "user_id": p["user_id"], "name": p["name"], "email": p["email"], "path": path,
+            "amount": round(rng.uniform(1, 5000), 2), "currency": "USD",
+            "created_at": f"{date}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z",
+            "status": rng.choice(_STATUS), "note": " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 6))),
+        }
+        return rec, [rid, p["user_id"], p["email"], path]
+
+    def _arguments(self) -> tuple[dict[str, Any], str]:
+        """Arguments of the next call; ~60% quote 1–2 values of an earlier result (TFA edges)."""
+        rng = self.rng
+        if self.reusable and rng.random() < 0.6:
+            n = len(self.reusable)
+            src = n - 1 - min(int(rng.expovariate(1 / 4)), n - 1) if rng.random() < 0.7 else rng.randrange(n)
+            vals = rng.sample(self.reusable[src], k=rng.randint(1, 2))
+            args: dict[str, Any] = {"query": vals[0], "limit": rng.choice((10, 20, 50))}
+            if len(vals) > 1:
+                args["ref"] = vals[1]
+            text = f"Found {vals[0]} in an earlier result; checking it next." if rng.random() < 0.3 else ""
+            return args, text
+        args = {"query": " ".join(rng.sample(_WORDS, 2)), "page": rng.randint(1, 5)}
+        return args, ("Searching for more records." if rng.random() < 0.2 else "")
+
+    def turn(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One (assistant message with one tool call, tool result) pair in OpenAI format."""
+        rng = self.rng
+        k = self.k
+        self.k += 1
+        tool = rng.choice(_TOOLS)
+        args, text = self._arguments()
+        call_id = f"call_{k:07d}"
+        recs, vals = [], []
+        for _ in range(rng.choice(self.records)):
+            r, v = self._record(tool)
+            recs.append(r)
+            vals.extend(v)
+        self.reusable.append(vals)
+        body = json.dumps({"status": "ok", "tool": tool, "page": rng.randint(1, 9), "total": rng.randint(4, 400),
+                           "records": recs}, ensure_ascii=False)
+        asst = {"role": "assistant", "content": text or None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}]}
+        return asst, {"role": "tool", "tool_call_id": call_id, "content": body}
+
+
+# --------------------------------------------------------------------------------------------------
+# Instrumentation (timers around production code; nothing re-implemented)
+# --------------------------------------------------------------------------------------------------
+
+
+class TimedFlowIndex(FlowIndex):
+    """The production FlowIndex with timers around its update and read methods."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.update_s = 0.0  # add_result + add_operation
+        self.reuse_s = 0.0  # reuse_scores
+
+    def add_result(self, seq: int, content: str) -> list[str]:
+        t0 = time.perf_counter()
+        try:
+            return super().add_result(seq, content)
+        finally:
+            self.update_s += time.perf_counter() - t0
+
+    def add_operation(self, seq: int, part: int, text: str) -> list[ReuseEdge]:
+        t0 = time.perf_counter()
+        try:
+            return super().add_operation(seq, part, text)
+        finally:
+            self.update_s += time.perf_counter() - t0
+
+    def reuse_scores(self) -> dict[int, float]:
+        t0 = time.perf_counter()
+        try:
+            return super().reuse_scores()
+        finally:
+            self.reuse_s += time.perf_counter() - t0
+
+
+class PrecomputedEmbedder:
+    """Returns vectors computed beforehand (by an inner embedder) so no embedding runs while timed.
+
+    ``prime`` embeds texts outside the timed region. A lookup miss still works
+    (it embeds) but is counted in ``misses_while_frozen`` when ``frozen``.
+    """
+
+    def __init__(self, inner: HashingEmbedder) -> None:
+        self.inner = inner
+        self.name = f"precomputed-{inner.name}"
+        self.dim = inner.dim
+        self.max_chars = inner.max_chars
+        self._vecs: dict[str, np.ndarray] = {}
+        self.frozen = False
+        self.misses_while_frozen = 0
+
+    def prime(self, texts: Sequence[str]) -> None:
+        todo = list(dict.fromkeys(t for t in texts if t not in self._vecs))
+        if todo:
+            vecs, _ = self.inner.embed_documents(todo)
+            self._vecs.update(zip(todo, vecs))
+
+    def forget(self, texts: Sequence[str]) -> None:
+        for t in texts:
+            self._vecs.pop(t, None)
+
+    def embed_documents(self, texts: list[str]) -> tuple[np.ndarray, Usage]:
+        missing = [t for t in texts if t not in self._vecs]
+        if missing:
+            if self.frozen:
+                self.misses_while_frozen += len(missing)
+            self.prime(missing)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32), Usage()
+        return np.stack([self._vecs[t] for t in texts]), Usage()
+
+    def embed_query(self, text: str) -> tuple[np.ndarray, Usage]:
+        vecs, usage = self.embed_documents([text])
+        return vecs[0], usage
+
+
+class SelectProbe:
+    """Splits one production ``ContextRender.select`` call into phases.
+
+    Wraps, for the duration of the context, the helpers ``select`` resolves in
+    the ``contextrender.selector`` namespace, the selector's ``_query`` and the
+    session's ``result_embeddings``, recording (start, end) of each call.
+    """
+
+    MODULE_FUNCS = ("fit_verbatim", "relevance", "usefulness", "assemble", "_history_tokens", "check_budget")
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[tuple[float, float]]] = {}
+
+    def _wrap(self, name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **kw)
+            finally:
+                self.spans.setdefault(name, []).append((t0, time.perf_counter()))
+        return timed
+
+    @contextmanager
+    def attached(self, cr: ContextRender, session: Session) -> Iterator[SelectProbe]:
+        saved = {n: getattr(selector_mod, n) for n in self.MODULE_FUNCS}
+        try:
+            for n, f in saved.items():
+                setattr(selector_mod, n, self._wrap(n, f))
+            cr._query = self._wrap("query", cr._query)  # type: ignore[method-assign]
+            session.result_embeddings = self._wrap("emb_lookup", session.result_embeddings)  # type: ignore
+            yield self
+        finally:
+            for n, f in saved.items():
+                setattr(selector_mod, n, f)
+            del cr._query, session.result_embeddings  # back to the class methods
+
+    def dur(self, name: str) -> float:
+        return sum(b - a for a, b in self.spans.get(name, []))
+
+    def run(self, cr: ContextRender, session: Session, budget: int) -> tuple[dict[str, float], Any]:
+        """One timed ``select``; returns phase times in ms and the Selection."""
+        self.spans = {}
+        flow = session.flow
+        reuse0 = flow.reuse_s if isinstance(flow, TimedFlowIndex) else 0.0
+        with self.attached(cr, session):
+            t0 = time.perf_counter()
+            sel = cr.select(session, budget)
+            t1 = time.perf_counter()
+        if sel.shortcut or "usefulness" not in self.spans:
+            raise RuntimeError(f"select took the full-history shortcut at B={budget}; nothing to measure")
+        score_end = self.spans["usefulness"][-1][1]
+        fit = self.dur("fit_verbatim")
+        scoring = score_end - t0 - fit
+        selection = t1 - score_end + fit
+        reuse = (flow.reuse_s - reuse0) if isinstance(flow, TimedFlowIndex) else float("nan")
+        ms = {
+            "scoring": scoring, "selection": selection, "select_call": t1 - t0,
+            # scoring sub-phases
+            "emb_lookup": self.dur("emb_lookup"), "reuse_scores": reuse, "query": self.dur("query"),
+            "relevance": self.dur("relevance"), "usefulness": self.dur("usefulness"),
+            # selection sub-phases; greedy_and_rest = selection minus the named helpers
+            "fit_verbatim": fit, "assemble": self.dur("assemble"), "history_tokens": self.dur("_history_tokens"),
+            "check_budget": self.dur("check_budget"),
+        }
+        ms["greedy_and_rest"] = selection - fit - ms["assemble"] - ms["history_tokens"] - ms["check_budget"]
+        return {k: v * 1000.0 for k, v in ms.items()}, sel
+
+
+# --------------------------------------------------------------------------------------------------
+# Naive TFA: rebuild everything from the full history at every invocation
+# --------------------------------------------------------------------------------------------------
+
+
+def naive_reuse_scores(session: Session) -> dict[int, float]:
+    """c_t for every used result, re-scanning the whole history (same extraction/matching rules)."""
+    first_source: dict[str, int] = {}
+    n_results: dict[str, int] = {}
+    uses: dict[str, int] = {}
+    used_by_source: dict[int, set[str]] = {}
+    for seq, m in enumerate(session.messages):
+        if m.role == "tool":
+            for v in extract_values(m.content):
+                first_source.setdefault(v, seq)
+                n_results[v] = n_results.get(v, 0) + 1
+        elif m.role == "assistant":
+            ops = ([m.content] if m.content else []) + [c.text() for c in m.tool_calls]
+            for text in ops:
+                for v in match_tokens(text):
+                    src = first_source.get(v)
+                    if src is not None:
+                        uses[v] = uses.get(v, 0) + 1
+                        used_by_source.setdefault(src, set()).add(v)
+    return {s: sum(uses[v] / n_results[v] for v in sorted(vals)) for s, vals in used_by_source.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------------------------------
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _focus_text(session: Session) -> str:
+    """f_t as the selector builds it: current user message + latest assistant message."""
+    msgs = session.messages
+    scope = Scope.of(session)
+    parts = []
+    if scope.current is not None:
+        parts.append(msgs[scope.current].text())
+    last_asst = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "assistant"), None)
+    if last_asst is not None:
+        parts.append(msgs[last_asst].text())
+    return "\n".join(parts)
+
+
+def build_session(graph: ContextGraph, n: int, emb: PrecomputedEmbedder, wl: Workload,
+                  progress: bool) -> tuple[Session, float]:
+    """A session with a system prompt, the task and n (tool call, result) turns; embeddings stored."""
+    session = graph.session(f"bench-{n}")
+    session.flow = TimedFlowIndex()  # empty session: nothing to carry over
+    t0 = time.perf_counter()
+    session.add({"role": "system", "content": SYSTEM_PROMPT})
+    session.add({"role": "user", "content": TASK})
+    pending: list[int] = []
+    for _ in tqdm(range(n), desc=f"build {n:>6} results", unit="res", disable=not progress, file=sys.stderr,
+                  mininterval=0.5):
+        asst, tool = wl.turn()
+        session.add(asst)
+        pending.append(session.add(tool))
+        if len(pending) >= 500:
+            session.result_embeddings(emb, pending)  # computed once and stored (spec §2)
+            emb.forget([session.message(s).content for s in pending])
+            pending = []
+    if pending:
+        session.result_embeddings(emb, pending)
+        emb.forget([session.message(s).content for s in pending])
+    return session, time.perf_counter() - t0
+
+
+def measure_size(graph: ContextGraph, n: int, args: argparse.Namespace, emb: PrecomputedEmbedder,
+                 progress: bool) -> dict[str, Any]:
+    wl = Workload(seed=args.seed + n)
+    session, build_s = build_session(graph, n, emb, wl, progress)
+    assert isinstance(session.flow, TimedFlowIndex)
+    flow = session.flow
+    cr = ContextRender(embedder=emb)
+    emb.prime([TASK[: cr.params.task_chars]])
+    probe = SelectProbe()
+    budgets = {"primary": args.budget, "large": None}
+    rows: list[dict[str, Any]] = []
+    naive_ms: list[float] = []
+    incr_ms: list[float] = []
+    for rep in tqdm(range(args.repeats + 1), desc=f"time  {n:>6} results", unit="inv", disable=not progress,
+                    file=sys.stderr, mininterval=0.5):
+        warmup = rep == 0
+        asst, tool = wl.turn()
+        gc.collect()
+        u0 = flow.update_s
+        t0 = time.perf_counter()
+        session.add(asst)
+        seq = session.add(tool)
+        add_s = time.perf_counter() - t0
+        tfa_s = flow.update_s - u0
+        # Outside timing: the new result's embedding (stored once) and q_t's texts.
+        session.result_embeddings(emb, [seq])
+        emb.prime([_focus_text(session)])
+        large = fit_verbatim(session, Scope.of(session), 10 ** 12).base_tokens + args.large_room
+        budgets["large"] = large
+        row: dict[str, Any] = {"tfa": tfa_s * 1e3, "graph_insert": (add_s - tfa_s) * 1e3}
+        emb.frozen = True
+        for key, b in (("primary", args.budget), ("large", large)):
+            gc.collect()
+            ms, sel = probe.run(cr, session, b)
+            row[key] = ms
+            row[key]["candidates"] = sum(s.candidate for s in sel.scores)
+            row[key]["picked"] = sum(s.pick is not None for s in sel.scores)
+            row[key]["rendered_tokens"] = sel.rendered.tokens
+            row[key]["budget"] = b
+        emb.frozen = False
+        # Incremental TFA for this invocation: the new turn's scan + c_t for all results
+        # (the reuse_scores call inside the primary select).
+        reuse_once = row["primary"]["reuse_scores"] / 1e3
+        if not warmup:
+            rows.append(row)
+            incr_ms.append((tfa_s + reuse_once) * 1e3)
+            if len(naive_ms) < args.naive_repeats:
+                gc.collect()
+                t0 = time.perf_counter()
+                naive = naive_reuse_scores(session)
+                naive_ms.append((time.perf_counter() - t0) * 1e3)
+                if naive != flow.reuse_scores():
+                    raise AssertionError(f"naive and incremental c_t differ at n={n}")
+    results = session.results
+    ntoks = [r.ntok for r in results]
+    med = {k: _median([r[k] for r in rows]) for k in ("tfa", "graph_insert")}
+    out: dict[str, Any] = {
+        "n_results_start": n, "n_results_end": len(results), "build_s": build_s,
+        "result_tokens_mean": float(np.mean(ntoks)), "result_chars_mean": float(np.mean(
+            [len(session.message(r.seq).content) for r in results])),
+        "used_results": len(flow.used_by_source), "distinct_values": len(flow.first_source),
+        "tfa_ms": med["tfa"], "graph_insert_ms": med["graph_insert"],
+        "naive_ms": _median(naive_ms), "incremental_ms": _median(incr_ms),
+    }
+    for key in ("primary", "large"):
+        keys = [k for k in rows[0][key] if k not in ("budget",)]
+        phase = {k: _median([r[key][k] for r in rows]) for k in keys}
+        totals = [r["tfa"] + r["graph_insert"] + r[key]["scoring"] + r[key]["selection"] for r in rows]
+        phase["total"] = _median(totals)
+        phase["total_p90"] = float(np.percentile(totals, 90))
+        phase["budget_min"] = min(r[key]["budget"] for r in rows)
+        phase["budget_max"] = max(r[key]["budget"] for r in rows)
+        out[key] = phase
+    out["embedding_calls_while_timed"] = emb.misses_while_frozen
+    return out
+
+
+def tfa_throughput(mb: float, seed: int, repeats: int = 3) -> dict[str, float]:
+    """MB/s of new tool-result text through FlowIndex.add_result (and of operations through add_operation)."""
+    wl = Workload(seed=seed)
+    results, ops = [], []
+    size = 0
+    while size < mb * 1e6:
+        asst, tool = wl.turn()
+        results.append(tool["content"])
+        size += len(tool["content"].encode())
+        ops.append(asst["tool_calls"][0]["function"]["name"] + "\n" + asst["tool_calls"][0]["function"]["arguments"])
+    op_bytes = sum(len(o.encode()) for o in ops)
+    res_t, op_t = [], []
+    for _ in range(repeats):
+        fi = FlowIndex()
+        gc.collect()
+        t0 = time.perf_counter()
+        for i, text in enumerate(results):
+            fi.add_result(i, text)
+        res_t.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for i, text in enumerate(ops):
+            fi.add_operation(len(results) + i, 0, text)
+        op_t.append(time.perf_counter() - t0)
+    return {"result_mb": size / 1e6, "result_mb_per_s": size / 1e6 / min(res_t),
+            "result_mb_per_s_median": size / 1e6 / _median(res_t),
+            "operation_mb_per_s": op_bytes / 1e6 / min(op_t), "n_results": len(results)}
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
+            "cpu_count": os.cpu_count(), "numpy": np.__version__}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    sizes = report["sizes"]
+    lines = [
+        f"ContextRender per-invocation overhead, median ms (B = {report['budgets']['primary']}; "
+        f"large B = verbatim + markers + {report['budgets']['large_room']}). Embedding calls excluded.",
+        "",
+        "| results | TFA | graph insert | scoring | selection | **total** | cands | large-B scoring "
+        "| large-B selection | large-B total | cands | naive/incr TFA |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in sizes:
+        d = report["detail"][str(n)]
+        p, lg = d["primary"], d["large"]
+        lines.append(
+            f"| {n:,} | {d['tfa_ms']:.3f} | {d['graph_insert_ms']:.3f} | {p['scoring']:.2f} | {p['selection']:.2f} "
+            f"| **{p['total']:.2f}** | {p['candidates']:.0f} | {lg['scoring']:.2f} | {lg['selection']:.2f} "
+            f"| {lg['total']:.2f} | {lg['candidates']:.0f} | {report['naive_over_incremental'][str(n)]:.0f}× |")
+    lines += ["", f"TFA scan throughput: {report['tfa_mb_per_s']:.1f} MB/s of new tool-result text "
+              f"({report['tfa_throughput']['result_mb']:.1f} MB)."]
+    for n, t in report["targets"].items():
+        lines.append(f"Target ≤ {t['limit_ms']:g} ms at {int(n):,} results: B={report['budgets']['primary']} "
+                     f"{t['primary_total_ms']:.2f} ms ({'met' if t['primary_met'] else 'MISSED'}); large B "
+                     f"{t['large_total_ms']:.2f} ms ({'met' if t['large_met'] else 'MISSED'}).")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    progress = not args.no_progress
+    t_start = time.perf_counter()
+    detail: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="cr-bench-") as tmp:
+        graph = ContextGraph(Path(tmp) / "graph.sqlite")
+        emb = PrecomputedEmbedder(HashingEmbedder(dim=args.dim))
+        try:
+            for n in args.sizes:
+                detail[str(n)] = measure_size(graph, n, args, emb, progress)
+        finally:
+            graph.close()
+    thr = tfa_throughput(args.tfa_mb, args.seed)
+    per_inv = {str(n): {"tfa": d["tfa_ms"], "graph_insert": d["graph_insert_ms"],
+                        "scoring": d["primary"]["scoring"], "selection": d["primary"]["selection"],
+                        "total": d["primary"]["total"]} for n, d in detail.items()}
+    large = {str(n): {"tfa": d["tfa_ms"], "graph_insert": d["graph_insert_ms"],
+                      "scoring": d["large"]["scoring"], "selection": d["large"]["selection"],
+                      "total": d["large"]["total"]} for n, d in detail.items()}
+    targets = {str(n): {"limit_ms": lim, "primary_total_ms": detail[str(n)]["primary"]["total"],
+                        "primary_met": detail[str(n)]["primary"]["total"] <= lim,
+                        "large_total_ms": detail[str(n)]["large"]["total"],
+                        "large_met": detail[str(n)]["large"]["total"] <= lim}
+               for n, lim in TARGETS_MS.items() if str(n) in detail}
+    tfa_vals = [d["tfa_ms"] for d in detail.values()]
+    return {
+        "per_invocation_ms": per_inv,
+        "tfa_mb_per_s": thr["result_mb_per_s"],
+        "naive_over_incremental": {n: d["naive_ms"] / d["incremental_ms"] for n, d in detail.items()},
+        "per_invocation_ms_large_budget": large,
+        "candidates": {n: {"primary": d["primary"]["candidates"], "large": d["large"]["candidates"]}
+                       for n, d in detail.items()},
+        "tfa_flatness": max(tfa_vals) / min(tfa_vals) if tfa_vals and min(tfa_vals) > 0 else None,
+        "targets": targets,
+        "budgets": {"primary": args.budget, "large_room": args.large_room,
+                    "large": "Tok(verbatim user/assistant messages + every omission marker) + large_room, "
+                             "recomputed before each invocation"},
+        "tfa_throughput": thr,
+        "detail": detail,
+        "definitions": {
+            "tfa": "FlowIndex.add_result + add_operation time inside Session.add of the new assistant message "
+                   "and tool result",
+            "graph_insert": "rest of those two Session.add calls (validation, token counting, digest, SQLite)",
+            "scoring": "ContextRender.select from entry to the return of usefulness(), minus fit_verbatim",
+            "selection": "rest of select: fit_verbatim, greedy, assembly, Tok recount, budget check, scores",
+            "total": "tfa + graph_insert + scoring + selection (median of per-invocation sums)",
+            "naive_over_incremental": "median(re-scan whole history + c_t) / median(new turn's TFA scan + "
+                                      "FlowIndex.reuse_scores)",
+            "tfa_mb_per_s": "tool-result UTF-8 bytes per second through FlowIndex.add_result (best of 3)",
+        },
+        "sizes": list(args.sizes),
+        "repeats": args.repeats,
+        "naive_repeats": args.naive_repeats,
+        "quick": args.quick,
+        "embedder": f"HashingEmbedder(dim={args.dim}), precomputed before timing",
+        "runtime_s": time.perf_counter() - t_start,
+        "machine": machine_info(),
+        "command": "python -m experiments.bench " + " ".join(args.argv),
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="numbers of historical tool results (default 100 1000 10000; --quick: 50 200)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed invocations per size (default 15; quick 3)")
+    ap.add_argument("--naive-repeats", type=int, default=None,
+                    help="invocations per size also timed with the naive TFA (default 3; quick 2)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON report (default {DEFAULT_OUT})")
+    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats: a smoke run in seconds")
+    ap.add_argument("--budget", type=int, default=PRIMARY_BUDGET, help="primary history budget B")
+    ap.add_argument("--large-room", type=int, default=6000,
+                    help="large budget = verbatim messages + all markers + this many tokens")
+    ap.add_argument("--tfa-mb", type=float, default=None, help="MB of tool output for the throughput run (10; quick 0.5)")
+    ap.add_argument("--dim", type=int, default=256, help="HashingEmbedder dimension")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-progress", action="store_true", help="hide tqdm bars")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(argv)
+    args.argv = argv
+    q = args.quick
+    args.sizes = args.sizes or ([50, 200] if q else [100, 1000, 10000])
+    args.repeats = args.repeats if args.repeats is not None else (3 if q else 15)
+    args.naive_repeats = args.naive_repeats if args.naive_repeats is not None else (2 if q else 3)
+    args.tfa_mb = args.tfa_mb if args.tfa_mb is not None else (0.5 if q else 10.0)
+    if min(args.sizes) < 1 or args.repeats < 1 or args.naive_repeats < 1:
+        ap.error("--sizes, --repeats and --naive-repeats must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    report = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report))
+    print(f"\nwrote {args.out} in {report['runtime_s']:.0f} s")
+    return report
+
+
+if __name__ == "__main__":
+    main()

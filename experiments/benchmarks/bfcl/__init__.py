@@ -1,0 +1,25 @@
+"""BFCL v4 multi-turn (base, long_context): task data, execution and checking.
+
+Built on the ``bfcl-eval`` wheel used as a library (install it with
+``pip install --no-deps bfcl-eval==2026.3.23``; its full dependency set pins
+numpy 1.x and provider SDKs we don't need).
+"""
+
+from .backend import BFCLEnvironment, ExecutedCall, format_result, parse_call_string
+from .checker import BFCLChecker, TurnCheck, compare_states, missing_results
+from .data import CATEGORIES, BFCLTask, load_tasks, tools_openai
+
+__all__ = [
+    "BFCLChecker",
+    "BFCLEnvironment",
+    "BFCLTask",
+    "CATEGORIES",
+    "ExecutedCall",
+    "TurnCheck",
+    "compare_states",
+    "format_result",
+    "load_tasks",
+    "missing_results",
+    "parse_call_string",
+    "tools_openai",
+]

@@ -1,0 +1,159 @@
+"""The offline ``oracle``: a context-bounded script follower, NOT an LLM.
+
+It isolates the effect of the context policy. For each user turn it emits
+that turn's reference calls in order, one invocation per call, then a short
+closing message. Before each call it checks every scalar argument value whose
+string form has at least 4 characters: if the value already appeared anywhere
+earlier in the transcript but is not visible in what the policy rendered for
+this invocation (system prompt, tools, rendered history, current user
+message), the oracle cannot know it and emits the call with a wrong value —
+so the task fails exactly as a real agent's would. Values never seen before
+(inferred by the agent from the task) are assumed known.
+
+Usage is counted with the shared token counter as if the rendered input had
+been sent and the call generated. Cached input tokens simulate provider prefix
+caching (the unchanged message prefix since the previous call of the episode,
+counted when it reaches 1,024 tokens, in 128-token steps), which gives ρ of
+spec §7 a meaning offline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextrender.events import Completion, Usage
+from contextrender.graph import Session
+from contextrender.tokens import TokenCounter
+
+MIN_CHECKED_CHARS = 4
+WRONG_STRING = "UNKNOWN_VALUE"
+CACHE_MIN_TOKENS = 1024
+CACHE_STEP = 128
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a perfect agent does: per user turn, the calls in order, then ``closing`` text."""
+
+    turns: tuple[tuple[ScriptedCall, ...], ...]
+    closing: tuple[str, ...] = ()  # per-turn closing message; default "Done."
+
+    def closing_for(self, turn: int) -> str:
+        return self.closing[turn] if turn < len(self.closing) else "Done."
+
+
+def _scalars(obj: Any) -> list[Any]:
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _scalars(v)]
+    if isinstance(obj, (list, tuple)):
+        return [s for v in obj for s in _scalars(v)]
+    return [obj]
+
+
+def _wrong(value: Any) -> Any:
+    if isinstance(value, str):
+        return WRONG_STRING
+    if isinstance(value, (int, float)):
+        return type(value)(0 if value != 0 else 1)
+    return value
+
+
+def _replace(obj: Any, hidden: set[str]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _replace(v, hidden) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_replace(v, hidden) for v in obj]
+    if not isinstance(obj, bool) and obj is not None and str(obj) in hidden:
+        return _wrong(obj)
+    return obj
+
+
+def _message_text(m: dict[str, Any]) -> str:
+    parts = [m.get("content") or ""] if isinstance(m.get("content"), str) else [json.dumps(m.get("content"))]
+    for tc in m.get("tool_calls") or []:
+        parts.append(tc["function"]["name"])
+        parts.append(tc["function"].get("arguments") or "")
+    return "\n".join(parts)
+
+
+class OracleModel:
+    """Factory: ``episode(task, session)`` binds the oracle to a task's ``reference``."""
+
+    name = "oracle"
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        self.counter = TokenCounter(encoding)
+
+    def episode(self, task: Any, session: Session) -> OracleEpisode:
+        reference = getattr(task, "reference", None)
+        if not isinstance(reference, Reference):
+            raise TypeError(f"the oracle needs task.reference (a Reference); {type(task).__name__} has none")
+        return OracleEpisode(reference, session, self.counter)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Completion:
+        raise RuntimeError("the oracle must be bound to a task first: model.episode(task, session)")
+
+
+@dataclass
+class OracleEpisode:
+    reference: Reference
+    session: Session
+    counter: TokenCounter
+    name: str = "oracle"
+    hidden_log: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
+    _prev: list[str] = field(default_factory=list)
+
+    def episode(self, task: Any, session: Session) -> OracleEpisode:
+        return self
+
+    def _position(self) -> tuple[int, int]:
+        """(user turn index, calls already emitted in that turn), read from the full transcript."""
+        msgs = self.session.messages
+        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        turn = sum(1 for m in msgs if m.role == "user") - 1
+        emitted = sum(len(m.tool_calls) for m in msgs[last_user + 1:] if m.role == "assistant")
+        return max(turn, 0), emitted
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Completion:
+        turn, emitted = self._position()
+        calls = self.reference.turns[turn] if turn < len(self.reference.turns) else ()
+        t = self.session.next_invocation
+        if emitted < len(calls):
+            call = calls[emitted]
+            earlier = "\n".join(m.text() for m in self.session.messages)
+            visible = json.dumps(tools or [], ensure_ascii=False) + "\n" + "\n".join(_message_text(m) for m in messages)
+            hidden = {str(v) for v in _scalars(call.arguments)
+                      if not isinstance(v, bool) and v is not None and len(str(v)) >= MIN_CHECKED_CHARS
+                      and str(v) in earlier and str(v) not in visible}
+            args = _replace(call.arguments, hidden) if hidden else call.arguments
+            if hidden:
+                self.hidden_log.append((t, call.name, tuple(sorted(hidden))))
+            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{t}_{emitted}", "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(args, ensure_ascii=False)}}]}
+        else:
+            message = {"role": "assistant", "content": self.reference.closing_for(turn)}
+        return Completion(message, self._usage(messages, tools, message))
+
+    def _usage(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               out: dict[str, Any]) -> Usage:
+        tool_tokens = self.counter.text(json.dumps(tools)) if tools else 0
+        per_msg = [self.counter.message(m) for m in messages]
+        keys = [json.dumps(m, sort_keys=True) for m in messages]
+        prefix = tool_tokens
+        for a, b, n in zip(keys, self._prev, per_msg):
+            if a != b:
+                break
+            prefix += n
+        self._prev = keys
+        cached = (prefix // CACHE_STEP) * CACHE_STEP if prefix >= CACHE_MIN_TOKENS else 0
+        total = tool_tokens + sum(per_msg)
+        return Usage(input=total, output=self.counter.message(out), cached=min(cached, total), calls=1)

@@ -1,0 +1,359 @@
+"""Replay recorded traces through context policies and measure Later-Used Result Recall (spec §7).
+
+    python -m experiments.replay traces=PATH budget=6000 methods=[contextrender,cr_recency] output=PATH
+
+For every episode and every assistant turn j, each policy sees exactly the
+messages before assistant message j (spec §7: selectors see only turns before
+j) and renders a history at budget B; the results it shows with their complete
+original text form V_j. Events come from the recorded transcript
+(:func:`experiments.recall.reuse_events`), recall pools events over all traces.
+
+Each method gets its own fresh graph session per episode (policies may store
+artifacts, and none may see another's), grown incrementally turn by turn as a
+live agent would grow it. Policies are built once per method; all share one
+cached embedder, so a result's embedding is computed once per run (and reused
+across runs through the on-disk cache).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from contextrender.events import Message
+from contextrender.graph import ContextGraph, Session
+from contextrender.render import Rendered, Scope
+
+from .recall import AGE_BINS, RecallStats, count_events, recall, reuse_events
+from .traces import Episode, count_lines, read_traces
+
+log = logging.getLogger(__name__)
+
+
+class ReplayError(RuntimeError):
+    """A policy's render contradicts itself (claims a result visible that it did not show in full)."""
+
+
+@dataclass
+class MethodTally:
+    """What one method did over all replayed episodes."""
+
+    name: str
+    budgeted: bool
+    stats: RecallStats = field(default_factory=RecallStats)
+    renders: int = 0
+    tokens_sum: int = 0
+    tokens_max: int = 0
+    over_budget: int = 0
+    seconds: float = 0.0
+    _warned: bool = False
+
+    def add_render(self, tokens: int, audited: int, budget: int) -> None:
+        self.renders += 1
+        self.tokens_sum += tokens
+        self.tokens_max = max(self.tokens_max, tokens)
+        if max(tokens, audited) > budget:
+            self.over_budget += 1
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "recall": self.stats.pct,
+            "recall_by_age": self.stats.pct_by_age,
+            "mean_rendered_tokens": self.tokens_sum / self.renders if self.renders else None,
+            "max_rendered_tokens": self.tokens_max if self.renders else None,
+            "over_budget_renders": self.over_budget,
+            "renders": self.renders,
+        }
+
+
+@dataclass
+class ReplayResult:
+    budget: int
+    traces: int
+    events: RecallStats  # pooled event counts over all episodes (see count_events)
+    skipped_lines: int
+    methods: dict[str, MethodTally]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget,
+            "traces": self.traces,
+            "events": self.events.events,
+            "events_by_age": dict(self.events.events_by_age),
+            "skipped_lines": self.skipped_lines,
+            "methods": {name: t.summary() for name, t in self.methods.items()},
+        }
+
+
+class _TokenAudit:
+    """Independent Tok(H_t) of a render: every message but the system prompt and current user message.
+
+    Message counts are memoised on their (role, text, calls) so the audit costs
+    one tokenisation per distinct message per run, not per render.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[Any, ...], int] = {}
+
+    def message(self, session: Session, m: dict[str, Any]) -> int:
+        calls = tuple((c.get("function") or {}).get("name", "") + "\0" + str((c.get("function") or {}).get("arguments", ""))
+                      for c in (m.get("tool_calls") or ()))
+        content = m.get("content")
+        key = (m.get("role"), content if isinstance(content, str) or content is None else json.dumps(content), calls)
+        n = self._cache.get(key)
+        if n is None:
+            n = session.counter.message(m)
+            self._cache[key] = n
+        return n
+
+    def history_tokens(self, session: Session, scope: Scope, rendered: Rendered) -> int:
+        total = sum(self.message(session, m) for m in rendered.messages)
+        outside = sum(session.ntok(s) for s in scope.system)
+        if scope.current is not None:
+            outside += session.ntok(scope.current)
+        return total - outside
+
+
+def _shown_in_full(rendered: Rendered) -> set[tuple[str, str]]:
+    out = set()
+    for m in rendered.messages:
+        if m.get("role") == "tool":
+            content = m.get("content")
+            if not isinstance(content, str):
+                content = Message.from_openai(m).content
+            out.add((m.get("tool_call_id"), content))
+    return out
+
+
+def check_visible(session: Session, rendered: Rendered, where: str) -> None:
+    """spec §7: r is visible only if its complete original text is in the render; enforce the claim."""
+    if not rendered.visible:
+        return
+    shown = _shown_in_full(rendered)
+    for seq in rendered.visible:
+        if not session.is_result(seq):
+            raise ReplayError(f"{where}: visible seq {seq} is not a tool result of the session")
+        r = session.result(seq)
+        if (r.call_id, session.message(seq).content) not in shown:
+            raise ReplayError(f"{where}: result {seq} ({r.tool_name}) is claimed visible but its complete "
+                              "original text is not in the rendered messages")
+
+
+def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mapping[str, MethodTally],
+                   budget: int, graph: ContextGraph, session_prefix: str, audit: _TokenAudit) -> RecallStats:
+    """Replay one episode through every policy; add its renders and recall to ``tallies``.
+
+    Returns the episode's event counts.
+    """
+    msgs = list(episode.messages)
+    events = reuse_events(msgs)
+    turns = episode.assistant_indices
+    for name, policy in policies.items():
+        tally = tallies[name]
+        t0 = time.perf_counter()
+        session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}")
+        visible: dict[int, frozenset[int]] = {}
+        for j, idx in enumerate(turns):
+            # The session holds exactly the messages before assistant message j; it is
+            # append-only, so each turn adds only what arrived since the last one.
+            session.sync(msgs[:idx])
+            rendered = policy.render(session, budget)
+            where = f"{name} on line {episode.line} (task {episode.task_id}) before turn {j}"
+            check_visible(session, rendered, where)
+            audited = audit.history_tokens(session, Scope.of(session), rendered)
+            if audited != rendered.tokens and not tally._warned:
+                tally._warned = True
+                log.warning("%s: policy reports %d history tokens, the messages count %d", where,
+                            rendered.tokens, audited)
+            tally.add_render(rendered.tokens, audited, budget)
+            visible[j] = rendered.visible
+        tally.stats = tally.stats + recall(events, visible)
+        tally.seconds += time.perf_counter() - t0
+    return count_events(events)
+
+
+def _takes(cfg: DictConfig, param: str) -> bool:
+    from hydra.utils import get_class
+
+    return param in inspect.signature(get_class(cfg._target_)).parameters
+
+
+def _prewarm(embedder: Any, episode: Episode) -> None:
+    """Embed the episode's tool results in one batch; sessions then hit the cache."""
+    texts = [Message.from_openai(m).content for m in episode.messages if m.get("role") == "tool"]
+    if texts:
+        embedder.embed_documents(texts)
+
+
+def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
+           *, embedder: Any = None, total: int | None = None, progress: bool = True,
+           skipped: Any = None) -> ReplayResult:
+    """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
+
+    ``embedder``: if given, each episode's results are embedded in one batch
+    before its renders. ``skipped``: an object whose ``.skipped`` is read after
+    iteration (a :class:`~experiments.traces.TraceReader`).
+    """
+    tallies = {name: MethodTally(name, bool(getattr(p, "budgeted", True))) for name, p in policies.items()}
+    pooled = RecallStats()
+    audit = _TokenAudit()
+    prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
+    n = 0
+    bar = tqdm(episodes, total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    for episode in bar:
+        if embedder is not None:
+            _prewarm(embedder, episode)
+        # One graph connection per episode: closing it drops the sessions it cached in memory.
+        with ContextGraph(graph_path) as graph:
+            pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, prefix, audit)
+        n += 1
+    bar.close()
+    return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies)
+
+
+# -- report -------------------------------------------------------------------------
+
+_BIN_LABELS = {"le3": "≤3", "4_10": "4–10", "11_25": "11–25", "gt25": ">25"}
+
+
+def _fmt(x: float | None, ref: float | None = None) -> str:
+    s = "–" if x is None else f"{x:.1f}"
+    return s if ref is None else f"{s} ({ref:.1f})"
+
+
+def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None) -> str:
+    """The recall table; paper Table 2 values in parentheses where the method and budget match."""
+    from analysis.paper import RECALL_AGE_METRICS, RECALL_METRIC, paper_value
+
+    def ref(method: str, metric: str) -> float | None:
+        if not paper:
+            return None
+        return paper_value(paper["table"], paper["model"], paper["benchmark"], method, metric, budget=result.budget)
+
+    ev = result.events
+    lines = [
+        f"Later-Used Result Recall at B={result.budget}: {result.traces} traces, {ev.events} events "
+        f"({', '.join(f'{_BIN_LABELS[b]}: {ev.events_by_age[b]}' for b in AGE_BINS)}), "
+        f"{result.skipped_lines} skipped lines",
+        "",
+        "| method | recall | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
+        + " | mean tok | max tok | over B | renders |",
+        "|---|" + "---:|" * (6 + len(AGE_BINS)),
+    ]
+    any_ref = False
+    for name, t in result.methods.items():
+        s = t.summary()
+        refs = [ref(name, RECALL_METRIC)] + [ref(name, RECALL_AGE_METRICS[b]) for b in AGE_BINS]
+        any_ref = any_ref or any(r is not None for r in refs)
+        cells = [_fmt(s["recall"], refs[0])] + [_fmt(s["recall_by_age"][b], r) for b, r in zip(AGE_BINS, refs[1:])]
+        mean = s["mean_rendered_tokens"]
+        lines.append(f"| {name} | " + " | ".join(cells)
+                     + f" | {'–' if mean is None else f'{mean:.0f}'} | {s['max_rendered_tokens'] or 0}"
+                     + f" | {s['over_budget_renders']} | {s['renders']} |")
+    if any_ref and paper:
+        lines += ["", f"In parentheses: paper {paper['table']} ({paper['model']}, {paper['benchmark']}, "
+                      f"B={result.budget})."]
+    return "\n".join(lines) + "\n"
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write next to the target, then rename: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- entry point ----------------------------------------------------------------------
+
+def build_policies(methods: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None = None, *,
+                   embedder: Any = None, compactor: Any = None) -> tuple[dict[str, Any], bool]:
+    """Build each method once from ``conf/method/<name>.yaml``.
+
+    Returns the policies by name and whether any of them takes an embedder.
+    """
+    from contextrender.config import build_policy, method_config
+
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods listed twice: {list(methods)}")
+    policies: dict[str, Any] = {}
+    uses_embedder = False
+    for name in methods:
+        cfg = method_config(name, dict((overrides or {}).get(name, {}) or {}))
+        uses_embedder = uses_embedder or _takes(cfg, "embedder")
+        policies[name] = build_policy(cfg, embedder=embedder, compactor=compactor)
+    return policies, uses_embedder
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Replay ``cfg.traces`` and write ``cfg.output``; returns the JSON written."""
+    from hydra.utils import instantiate
+
+    methods = cfg.methods
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    if not methods:
+        raise ValueError("methods is empty")
+    budget = int(cfg.budget)
+    if budget <= 0:
+        raise ValueError(f"budget must be positive, got {budget}")
+    # One cached embedder for every policy: a result is embedded once per run, whoever renders it.
+    extra = {"cache_path": cfg.embedding_cache} if cfg.get("embedding_cache") else {}
+    embedder = instantiate(cfg.embedding, **extra)
+    compactor = instantiate(cfg.compactor)
+    overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+    assert isinstance(overrides, dict)
+    policies, uses_embedder = build_policies(methods, overrides, embedder=embedder, compactor=compactor)
+
+    reader = read_traces(cfg.traces, strict=bool(cfg.strict))
+    total = count_lines(cfg.traces)
+    episodes: Iterable[Episode] = reader
+    if cfg.get("limit") is not None:
+        episodes = _limit(reader, int(cfg.limit))
+        total = min(total, int(cfg.limit))
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cr-replay-") as tmp:
+        graph_path = cfg.graph or os.path.join(tmp, "graph.sqlite")
+        result = replay(episodes, policies, budget, graph_path, embedder=embedder if uses_embedder else None,
+                        total=total, progress=bool(cfg.progress), skipped=reader)
+    elapsed = time.perf_counter() - t0
+    out = result.to_json()
+    write_json(cfg.output, out)
+    paper = OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") else None
+    sys.stdout.write(markdown_table(result, paper))  # type: ignore[arg-type]
+    sys.stdout.flush()
+    log.info("replayed %d traces × %d methods in %.1f s (%s); wrote %s", result.traces, len(policies), elapsed,
+             ", ".join(f"{n} {t.seconds:.1f} s" for n, t in result.methods.items()), cfg.output)
+    return out
+
+
+def _limit(episodes: Iterable[Episode], n: int) -> Iterable[Episode]:
+    for i, e in enumerate(episodes):
+        if i >= n:
+            return
+        yield e
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="replay")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Hydra entry point: ``python -m experiments.run [-m] key=value ...``.
+
+Examples::
+
+    python -m experiments.run method=prune budget=2000
+    python -m experiments.run -m method=contextrender,prune budget=2000,6000
+    python -m experiments.run -m +experiment=table1
+    python -m experiments.run method=contextrender method.weights.reuse=0
+"""
+
+from __future__ import annotations
+
+import logging
+
+import hydra
+from omegaconf import DictConfig
+
+import contextrender  # noqa: F401  (offline environment)
+
+from .runner import run_job
+
+log = logging.getLogger(__name__)
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    summary = run_job(cfg)
+    log.info("%s: %d episodes done (%d run now, %d skipped); mean score %s%s", summary.records, summary.done,
+             summary.ran, summary.skipped, summary.mean_score,
+             " — stopped by the sweep spend cap" if summary.stopped_by_sweep_cap else "")
+    return summary.mean_score
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Eq. 3 and the record file's crash safety."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.cost import cache_fraction, comparison_set, normalised_cost, record_cost, task_cost
+from experiments.records import RecordFile
+
+
+def test_eq3_by_hand():
+    # P=1M input, O=0.1M output, E=2M embedding, rho=0.25:
+    # [2(0.75) + 0.5(0.25)]·1 + 8·0.1 + 0.13·2 = 1.625 + 0.8 + 0.26
+    assert task_cost(1_000_000, 100_000, 2_000_000, 0.25) == pytest.approx(2.685)
+    assert task_cost(1_000_000, 0, 0, 1.0) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        task_cost(1, 1, 1, 1.5)
+
+
+def test_all_calls_count_agent_compactor_embeddings():
+    rec = {"usage": {"agent": {"input": 1000, "output": 10, "cached": 500},
+                     "compactor": {"input": 300, "output": 50},
+                     "embeddings": {"embedding": 4000}}}
+    expected = ((2 * 0.5 + 0.5 * 0.5) * 1300 + 8 * 60 + 0.13 * 4000) / 1e6
+    assert record_cost(rec, 0.5) == pytest.approx(expected)
+
+
+def test_rho_from_agent_calls_and_T():
+    full = [{"task": "a", "exceeded_budget": True, "usage": {"agent": {"input": 100, "cached": 30}}},
+            {"task": "b", "exceeded_budget": False, "usage": {"agent": {"input": 300, "cached": 10}}}]
+    assert cache_fraction(full) == pytest.approx(40 / 400)
+    assert comparison_set(full) == {"a"}
+    assert normalised_cost(0.5, 2.0) == 0.25 and normalised_cost(None, 1.0) is None
+
+
+def test_torn_tail_is_cut_and_appends_resume(tmp_path):
+    path = tmp_path / "records" / "r.jsonl"
+    rf = RecordFile(path)
+    rf.append({"key": "k1", "x": 1})
+    rf.append({"key": "k2", "x": 2})
+    with open(path, "ab") as f:  # a kill in the middle of a write
+        f.write(b'{"key": "k3", "x"')
+    rf = RecordFile(path)
+    assert rf.done_keys() == {"k1", "k2"}
+    rf.append({"key": "k3", "x": 3})
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == ["k1", "k2", "k3"]
