@@ -221,7 +221,7 @@ class PrecomputedEmbedder:
         todo = list(dict.fromkeys(t for t in texts if t not in self._vecs))
         if todo:
             vecs, _ = self.inner.embed_documents(todo)
-            self._vecs.update(zip(todo, vecs))
+            self._vecs.update(zip(todo, vecs, strict=True))
 
     def forget(self, texts: Sequence[str]) -> None:
         for t in texts:
@@ -287,9 +287,11 @@ class SelectProbe:
         flow = session.flow
         reuse0 = flow.reuse_s if isinstance(flow, TimedFlowIndex) else 0.0
         with self.attached(cr, session):
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             sel = cr.select(session, budget)
             t1 = time.perf_counter()
+            c1 = time.thread_time()
         if sel.shortcut or "usefulness" not in self.spans:
             raise RuntimeError(f"select took the full-history shortcut at B={budget}; nothing to measure")
         score_end = self.spans["usefulness"][-1][1]
@@ -298,7 +300,7 @@ class SelectProbe:
         selection = t1 - score_end + fit
         reuse = (flow.reuse_s - reuse0) if isinstance(flow, TimedFlowIndex) else float("nan")
         ms = {
-            "scoring": scoring, "selection": selection, "select_call": t1 - t0,
+            "scoring": scoring, "selection": selection, "select_call": t1 - t0, "select_call_cpu": c1 - c0,
             # scoring sub-phases
             "emb_lookup": self.dur("emb_lookup"), "reuse_scores": reuse, "query": self.dur("query"),
             "relevance": self.dur("relevance"), "usefulness": self.dur("usefulness"),
@@ -402,23 +404,26 @@ def measure_size(graph: ContextGraph, n: int, args: argparse.Namespace, emb: Pre
         asst, tool = wl.turn()
         gc.collect()
         u0 = flow.update_s
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         session.add(asst)
         seq = session.add(tool)
         add_s = time.perf_counter() - t0
+        add_cpu = time.thread_time() - c0
         tfa_s = flow.update_s - u0
         # Outside timing: the new result's embedding (stored once) and q_t's texts.
         session.result_embeddings(emb, [seq])
         emb.prime([_focus_text(session)])
         large = fit_verbatim(session, Scope.of(session), 10 ** 12).base_tokens + args.large_room
         budgets["large"] = large
-        row: dict[str, Any] = {"tfa": tfa_s * 1e3, "graph_insert": (add_s - tfa_s) * 1e3}
+        row: dict[str, Any] = {"tfa": tfa_s * 1e3, "graph_insert": (add_s - tfa_s) * 1e3, "add_cpu": add_cpu * 1e3}
         emb.frozen = True
         for key, b in (("primary", args.budget), ("large", large)):
             gc.collect()
             ms, sel = probe.run(cr, session, b)
             row[key] = ms
             row[key]["candidates"] = sum(s.candidate for s in sel.scores)
+            row[key]["results"] = len(sel.scores)
             row[key]["picked"] = sum(s.pick is not None for s in sel.scores)
             row[key]["rendered_tokens"] = sel.rendered.tokens
             row[key]["budget"] = b
@@ -453,8 +458,11 @@ def measure_size(graph: ContextGraph, n: int, args: argparse.Namespace, emb: Pre
         totals = [r["tfa"] + r["graph_insert"] + r[key]["scoring"] + r[key]["selection"] for r in rows]
         phase["total"] = _median(totals)
         phase["total_p90"] = float(np.percentile(totals, 90))
+        # Same invocation in CPU time of this thread: insensitive to other processes on a shared machine.
+        phase["total_cpu"] = _median([r["add_cpu"] + r[key]["select_call_cpu"] for r in rows])
         phase["budget_min"] = min(r[key]["budget"] for r in rows)
         phase["budget_max"] = max(r[key]["budget"] for r in rows)
+        phase["every_result_a_candidate"] = all(r[key]["candidates"] == r[key]["results"] for r in rows)
         out[key] = phase
     out["embedding_calls_while_timed"] = emb.misses_while_frozen
     return out
@@ -497,7 +505,11 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
+    try:
+        load = list(os.getloadavg())  # other processes on the machine inflate medians
+    except OSError:
+        load = None
+    return {"loadavg_1_5_15": load, "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
             "cpu_count": os.cpu_count(), "numpy": np.__version__}
 
 
@@ -529,6 +541,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     progress = not args.no_progress
+    load0 = machine_info()["loadavg_1_5_15"]
     t_start = time.perf_counter()
     detail: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cr-bench-") as tmp:
@@ -584,6 +597,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "embedder": f"HashingEmbedder(dim={args.dim}), precomputed before timing",
         "runtime_s": time.perf_counter() - t_start,
         "machine": machine_info(),
+        "loadavg_at_start": load0,
         "command": "python -m experiments.bench " + " ".join(args.argv),
     }
 

@@ -31,12 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from contextrender.events import Message
+from contextrender.embed import CachedEmbedder
+from contextrender.events import Message, Usage
 from contextrender.graph import ContextGraph, Session
 from contextrender.render import Rendered, Scope
+from contextrender.tokens import DEFAULT_ENCODING, TokenCounter
 
 from .recall import AGE_BINS, RecallStats, count_events, recall, reuse_events
 from .traces import Episode, count_lines, read_traces
@@ -60,7 +63,7 @@ class MethodTally:
     tokens_max: int = 0
     over_budget: int = 0
     seconds: float = 0.0
-    _warned: bool = False
+    warned: bool = False  # logged a token-count disagreement already
 
     def add_render(self, tokens: int, audited: int, budget: int) -> None:
         self.renders += 1
@@ -99,33 +102,89 @@ class ReplayResult:
         }
 
 
-class _TokenAudit:
-    """Independent Tok(H_t) of a render: every message but the system prompt and current user message.
+class _MemoCounter(TokenCounter):
+    """The project's token counter, memoised on the text.
 
-    Message counts are memoised on their (role, text, calls) so the audit costs
-    one tokenisation per distinct message per run, not per render.
+    Every method's session of an episode stores the same messages, and every
+    render re-counts what it assembles; memoising makes each distinct text cost
+    one tokenisation per episode. Counts are identical to :class:`TokenCounter`'s.
     """
 
-    def __init__(self) -> None:
-        self._cache: dict[tuple[Any, ...], int] = {}
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        super().__init__(encoding)
+        self._memo: dict[str, int] = {}
 
-    def message(self, session: Session, m: dict[str, Any]) -> int:
-        calls = tuple((c.get("function") or {}).get("name", "") + "\0" + str((c.get("function") or {}).get("arguments", ""))
-                      for c in (m.get("tool_calls") or ()))
-        content = m.get("content")
-        key = (m.get("role"), content if isinstance(content, str) or content is None else json.dumps(content), calls)
-        n = self._cache.get(key)
+    def text(self, text: str) -> int:
+        n = self._memo.get(text)
         if n is None:
-            n = session.counter.message(m)
-            self._cache[key] = n
+            n = self._memo[text] = super().text(text)
         return n
 
-    def history_tokens(self, session: Session, scope: Scope, rendered: Rendered) -> int:
-        total = sum(self.message(session, m) for m in rendered.messages)
-        outside = sum(session.ntok(s) for s in scope.system)
-        if scope.current is not None:
-            outside += session.ntok(scope.current)
-        return total - outside
+
+class MemoCompactor:
+    """Shares compactions across the methods' sessions of a run (same text, same cap → same output).
+
+    The context graph keeps compactions per session; without this every method
+    would recompute (or, with an LLM compactor, re-buy) the same summary.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._memo: dict[tuple[str, int, str | None], tuple[str, Usage]] = {}
+
+    def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
+        key = (text, max_tokens, instructions)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self.inner.compact(text, max_tokens, instructions=instructions)
+        return hit
+
+
+class SharedEmbeddings:
+    """An in-memory layer over the run's cached embedder, shared by every policy.
+
+    Misses go to the model in one batch; each text's vector and (logical) usage
+    are then kept for the episode, so N policies cost one embedding per text.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.max_chars = inner.max_chars
+        self._memo: dict[str, tuple[np.ndarray, Usage]] = {}
+
+    def clear(self) -> None:
+        self._memo.clear()
+
+    def embed_documents(self, texts: list[str]) -> tuple[np.ndarray, Usage]:
+        clipped = [t[: self.max_chars] for t in texts]
+        missing = list(dict.fromkeys(t for t in clipped if t not in self._memo))
+        if len(missing) > 1 and isinstance(self.inner, CachedEmbedder):
+            self.inner.embed_documents(missing)  # one model batch; the per-text calls below hit its cache
+        for t in missing:
+            vecs, usage = self.inner.embed_documents([t])
+            self._memo[t] = (vecs[0], usage)
+        if not clipped:
+            return np.zeros((0, self.dim), dtype=np.float32), Usage()
+        usage = Usage()
+        for t in clipped:
+            usage = usage + self._memo[t][1]
+        return np.stack([self._memo[t][0] for t in clipped]), usage
+
+    def embed_query(self, text: str) -> tuple[np.ndarray, Usage]:
+        vecs, usage = self.embed_documents([text])
+        return vecs[0], usage
+
+
+def history_tokens(session: Session, rendered: Rendered) -> int:
+    """Tok(H_t) recounted from the rendered messages: all but the system prompt and current user message."""
+    scope = Scope.of(session)
+    outside = sum(session.ntok(s) for s in scope.system)
+    if scope.current is not None:
+        outside += session.ntok(scope.current)
+    return session.counter.messages(list(rendered.messages)) - outside
 
 
 def _shown_in_full(rendered: Rendered) -> set[tuple[str, str]]:
@@ -153,8 +212,21 @@ def check_visible(session: Session, rendered: Rendered, where: str) -> None:
                               "original text is not in the rendered messages")
 
 
+def _advance(session: Session, messages: Sequence[dict[str, Any]], upto: int) -> None:
+    """Make ``session`` hold ``messages[:upto]``, adding only what it lacks.
+
+    Same effect as ``session.sync(messages[:upto])`` on a session that only this
+    loop writes, without sync's re-check of every stored message (which would
+    make replaying an episode quadratic in its length).
+    """
+    n = len(session)
+    if n > upto:
+        raise ReplayError(f"session {session.id!r} holds {n} messages, more than the {upto} of this turn")
+    session.extend(messages[n:upto])
+
+
 def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mapping[str, MethodTally],
-                   budget: int, graph: ContextGraph, session_prefix: str, audit: _TokenAudit) -> RecallStats:
+                   budget: int, graph: ContextGraph, session_prefix: str) -> RecallStats:
     """Replay one episode through every policy; add its renders and recall to ``tallies``.
 
     Returns the episode's event counts.
@@ -162,22 +234,22 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
     msgs = list(episode.messages)
     events = reuse_events(msgs)
     turns = episode.assistant_indices
+    counter = _MemoCounter()  # one per episode: its memo holds only this episode's texts
     for name, policy in policies.items():
         tally = tallies[name]
         t0 = time.perf_counter()
-        session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}")
+        session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
         visible: dict[int, frozenset[int]] = {}
         for j, idx in enumerate(turns):
-            # The session holds exactly the messages before assistant message j; it is
-            # append-only, so each turn adds only what arrived since the last one.
-            session.sync(msgs[:idx])
+            # spec §7: the selector sees exactly the messages before assistant message j.
+            _advance(session, msgs, idx)
             rendered = policy.render(session, budget)
             where = f"{name} on line {episode.line} (task {episode.task_id}) before turn {j}"
             check_visible(session, rendered, where)
-            audited = audit.history_tokens(session, Scope.of(session), rendered)
-            if audited != rendered.tokens and not tally._warned:
-                tally._warned = True
-                log.warning("%s: policy reports %d history tokens, the messages count %d", where,
+            audited = history_tokens(session, rendered)
+            if audited != rendered.tokens and not tally.warned:
+                tally.warned = True
+                log.warning("%s: policy reports %d history tokens, its messages count %d", where,
                             rendered.tokens, audited)
             tally.add_render(rendered.tokens, audited, budget)
             visible[j] = rendered.visible
@@ -186,41 +258,32 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
     return count_events(events)
 
 
-def _takes(cfg: DictConfig, param: str) -> bool:
-    from hydra.utils import get_class
-
-    return param in inspect.signature(get_class(cfg._target_)).parameters
-
-
-def _prewarm(embedder: Any, episode: Episode) -> None:
-    """Embed the episode's tool results in one batch; sessions then hit the cache."""
-    texts = [Message.from_openai(m).content for m in episode.messages if m.get("role") == "tool"]
-    if texts:
-        embedder.embed_documents(texts)
-
-
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
-           *, embedder: Any = None, total: int | None = None, progress: bool = True,
+           *, embedder: SharedEmbeddings | None = None, total: int | None = None, progress: bool = True,
            skipped: Any = None) -> ReplayResult:
     """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
 
-    ``embedder``: if given, each episode's results are embedded in one batch
-    before its renders. ``skipped``: an object whose ``.skipped`` is read after
-    iteration (a :class:`~experiments.traces.TraceReader`).
+    ``embedder``: the shared embedder the policies were built with (see
+    :func:`build_policies`); each episode's tool results are embedded in one
+    batch before its renders, and its memo is dropped after the episode.
+    ``skipped``: an object whose ``.skipped`` is read after iteration (a
+    :class:`~experiments.traces.TraceReader`).
     """
     tallies = {name: MethodTally(name, bool(getattr(p, "budgeted", True))) for name, p in policies.items()}
     pooled = RecallStats()
-    audit = _TokenAudit()
     prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
     n = 0
     bar = tqdm(episodes, total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     for episode in bar:
         if embedder is not None:
-            _prewarm(embedder, episode)
+            texts = [Message.from_openai(m).content for m in episode.messages if m.get("role") == "tool"]
+            embedder.embed_documents(texts)
         # One graph connection per episode: closing it drops the sessions it cached in memory.
         with ContextGraph(graph_path) as graph:
-            pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, prefix, audit)
+            pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, prefix)
+        if embedder is not None:
+            embedder.clear()
         n += 1
     bar.close()
     return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies)
@@ -253,14 +316,14 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         "",
         "| method | recall | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
         + " | mean tok | max tok | over B | renders |",
-        "|---|" + "---:|" * (6 + len(AGE_BINS)),
+        "|---|" + "---:|" * (5 + len(AGE_BINS)),
     ]
     any_ref = False
     for name, t in result.methods.items():
         s = t.summary()
         refs = [ref(name, RECALL_METRIC)] + [ref(name, RECALL_AGE_METRICS[b]) for b in AGE_BINS]
         any_ref = any_ref or any(r is not None for r in refs)
-        cells = [_fmt(s["recall"], refs[0])] + [_fmt(s["recall_by_age"][b], r) for b, r in zip(AGE_BINS, refs[1:])]
+        cells = [_fmt(s["recall"], refs[0])] + [_fmt(s["recall_by_age"][b], r) for b, r in zip(AGE_BINS, refs[1:], strict=True)]
         mean = s["mean_rendered_tokens"]
         lines.append(f"| {name} | " + " | ".join(cells)
                      + f" | {'–' if mean is None else f'{mean:.0f}'} | {s['max_rendered_tokens'] or 0}"
@@ -283,22 +346,28 @@ def write_json(path: str | Path, obj: Any) -> None:
 # -- entry point ----------------------------------------------------------------------
 
 def build_policies(methods: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None = None, *,
-                   embedder: Any = None, compactor: Any = None) -> tuple[dict[str, Any], bool]:
-    """Build each method once from ``conf/method/<name>.yaml``.
+                   embedder: Any = None, compactor: Any = None) -> tuple[dict[str, Any], SharedEmbeddings | None]:
+    """Build each method once from ``conf/method/<name>.yaml`` (any name there works).
 
-    Returns the policies by name and whether any of them takes an embedder.
+    All policies get one :class:`SharedEmbeddings` over ``embedder`` and one
+    :class:`MemoCompactor` over ``compactor``. Returns the policies by name and
+    the shared embedder if any policy takes one (else None).
     """
+    from hydra.utils import get_class
+
     from contextrender.config import build_policy, method_config
 
     if len(set(methods)) != len(methods):
         raise ValueError(f"methods listed twice: {list(methods)}")
+    shared = SharedEmbeddings(embedder) if embedder is not None else None
+    memo_compactor = MemoCompactor(compactor) if compactor is not None else None
     policies: dict[str, Any] = {}
     uses_embedder = False
     for name in methods:
         cfg = method_config(name, dict((overrides or {}).get(name, {}) or {}))
-        uses_embedder = uses_embedder or _takes(cfg, "embedder")
-        policies[name] = build_policy(cfg, embedder=embedder, compactor=compactor)
-    return policies, uses_embedder
+        uses_embedder = uses_embedder or "embedder" in inspect.signature(get_class(cfg._target_)).parameters
+        policies[name] = build_policy(cfg, embedder=shared, compactor=memo_compactor)
+    return policies, (shared if uses_embedder else None)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -318,7 +387,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     compactor = instantiate(cfg.compactor)
     overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
     assert isinstance(overrides, dict)
-    policies, uses_embedder = build_policies(methods, overrides, embedder=embedder, compactor=compactor)
+    policies, shared = build_policies(methods, overrides, embedder=embedder, compactor=compactor)
 
     reader = read_traces(cfg.traces, strict=bool(cfg.strict))
     total = count_lines(cfg.traces)
@@ -330,7 +399,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cr-replay-") as tmp:
         graph_path = cfg.graph or os.path.join(tmp, "graph.sqlite")
-        result = replay(episodes, policies, budget, graph_path, embedder=embedder if uses_embedder else None,
+        result = replay(episodes, policies, budget, graph_path, embedder=shared,
                         total=total, progress=bool(cfg.progress), skipped=reader)
     elapsed = time.perf_counter() - t0
     out = result.to_json()

@@ -37,7 +37,7 @@ class Transcript:
             raw = args if isinstance(args, str) else json.dumps(args)
             tool_calls.append({"id": cid, "type": "function", "function": {"name": name, "arguments": raw}})
         self.messages.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
-        for cid, (_, _, result) in zip(ids, calls):
+        for cid, (_, _, result) in zip(ids, calls, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": cid, "content": result})
         return ids
 

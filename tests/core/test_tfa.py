@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from contextrender import ContextGraph, extract_values, match_tokens
+from contextrender import ContextGraph, extract_values, match_tokens, tfa
 from contextrender import graph as graph_mod
-from contextrender import tfa
 
 from ._helpers import Transcript, result_seq
 

@@ -1,4 +1,4 @@
-"""BFCL v4 multi-turn (base, long_context): task data, execution and checking.
+"""BFCL v4 multi-turn (base, long_context): task data, execution, checking and the benchmark.
 
 Built on the ``bfcl-eval`` wheel used as a library (install it with
 ``pip install --no-deps bfcl-eval==2026.3.23``; its full dependency set pins
@@ -6,12 +6,14 @@ numpy 1.x and provider SDKs we don't need).
 """
 
 from .backend import BFCLEnvironment, ExecutedCall, format_result, parse_call_string
+from .benchmark import BFCLMultiTurn
 from .checker import BFCLChecker, TurnCheck, compare_states, missing_results
 from .data import CATEGORIES, BFCLTask, load_tasks, tools_openai
 
 __all__ = [
     "BFCLChecker",
     "BFCLEnvironment",
+    "BFCLMultiTurn",
     "BFCLTask",
     "CATEGORIES",
     "ExecutedCall",

@@ -19,6 +19,7 @@ Held-out functions: BFCL marks them in two ways.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
 from bfcl_eval.constants.executable_backend_config import (
     MULTI_TURN_FUNC_DOC_FILE_MAPPING,
 )
@@ -62,6 +64,73 @@ class BFCLTask:
     functions: tuple[dict[str, Any], ...]
     long_context: bool
     excluded_functions: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def reference(self) -> Any:
+        """The ground truth as an oracle script (:class:`experiments.oracle.Reference`).
+
+        One :class:`~experiments.oracle.ScriptedCall` per ground-truth call
+        string, parsed with :func:`.backend.parse_call_string` (never
+        evaluated); positional arguments get their keyword names. The oracle
+        emits one call per invocation; a turn with more ground-truth calls than
+        BFCL's per-turn step limit would then be force-quit, so when
+        ``Reference`` takes ``groups`` (parallel calls per invocation) those
+        turns are packed with :meth:`parallel_groups`.
+        """
+        from ...oracle import Reference, ScriptedCall  # lazy: keeps data loading light
+        from .backend import parse_call_string
+
+        turns = tuple(tuple(ScriptedCall(*parse_call_string(call)) for call in turn) for turn in self.ground_truth)
+        groups = self.parallel_groups()
+        if any(groups) and "groups" in {f.name for f in dataclasses.fields(Reference)}:
+            return Reference(turns=turns, groups=groups)
+        return Reference(turns=turns)
+
+    def parallel_groups(self, max_steps: int = MAXIMUM_STEP_LIMIT, min_chars: int = 4) -> tuple[tuple[int, ...], ...]:
+        """Per turn, sizes of consecutive ground-truth calls to emit together as parallel calls.
+
+        Only turns with more than ``max_steps`` calls are grouped (others get
+        ``()``: one call per step). Greedy, in order: a call joins the current
+        group unless one of its scalar argument values (string form of at
+        least ``min_chars`` characters, the oracle's rule) occurs in the result
+        of a call already in the group — a parallel call cannot use a value
+        it has not seen yet. Results come from replaying the ground truth.
+        """
+        if all(len(turn) <= max_steps for turn in self.ground_truth):
+            return tuple(() for _ in self.ground_truth)
+        from .backend import BFCLEnvironment, parse_call_string
+
+        env = BFCLEnvironment(self)
+        out: list[tuple[int, ...]] = []
+        for index, turn in enumerate(self.ground_truth):
+            env.begin_turn(index)
+            if len(turn) <= max_steps:
+                for call in turn:
+                    env.execute_call_string(call)
+                out.append(())
+                continue
+            sizes: list[int] = []
+            group_results: list[str] = []
+            for call in turn:
+                _, arguments = parse_call_string(call)
+                values = [str(v) for v in _scalars(arguments)
+                          if not isinstance(v, bool) and v is not None and len(str(v)) >= min_chars]
+                if sizes and not any(v in r for v in values for r in group_results):
+                    sizes[-1] += 1
+                else:
+                    sizes.append(1)
+                    group_results = []
+                group_results.append(env.execute_call_string(call))
+            out.append(tuple(sizes))
+        return tuple(out)
+
+
+def _scalars(obj: Any) -> list[Any]:
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _scalars(v)]
+    if isinstance(obj, (list, tuple)):
+        return [s for v in obj for s in _scalars(v)]
+    return [obj]
 
 
 def data_dir() -> Path:

@@ -1,0 +1,637 @@
+"""The paper's tables from episode records (spec §7): Table 1, Tables 6–8, Table 2, the budget sweep.
+
+    python -m analysis.tables --runs results/runs/table1 --out results [--table table1|main|ablation|sweep|all]
+                              [--recall results/recall_B2000.json]
+
+Records (``experiments.records``) become a DataFrame with one row per episode;
+each row is priced with Eq. 3 (``experiments.cost``) using ρ, the cache
+fraction of the Full-history records of the same model × benchmark at the same
+budget B. The cost-comparison set T of a (model, benchmark, B) group is the
+tasks whose Full run at B exceeded B; mean cost is over T (successes and
+failures alike) and normalised cost is mean_m / mean_Full (a ratio of means).
+A group without Full records gets no ρ, T or cost, and says so.
+
+Each table is written as ``<out>/<stem>.md``, ``.csv`` and ``.tex``:
+``table1`` (Table 1: relative change of ContextRender vs each method),
+``table_main`` (Tables 6–8), ``table_ablation`` (Tables 2–3), ``table_sweep``
+(budget sweep, Figure 5). The paper's values sit beside ours where the paper
+reports the same (model, benchmark, method, B) cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from experiments.cost import (
+    cache_fraction,
+    comparison_set,
+    mean_cost,
+    normalised_cost,
+    record_cost,
+    record_tokens,
+    relative_change,
+)
+from experiments.records import STATUSES, load_records
+
+FULL = "full"
+CR = "contextrender"
+#: paper order first (Tables 6–8, then the Table 2/3 ablations); others follow alphabetically
+METHOD_ORDER = ("full", "prune", "compact", "recency_summary", "semantic_retrieval", "acon", "contextrender",
+                "cr_recency", "cr_relevance", "cr_recency_relevance")
+ABLATION_METHODS = ("full", "cr_recency", "cr_relevance", "cr_recency_relevance", "contextrender")
+MAIN_TABLES = ("table6", "table7", "table8")
+OFFLINE_MODELS = ("oracle",)
+#: benchmark-name prefix → primary metric (experiments.benchmarks.base.Benchmark.primary_metric)
+PRIMARY_BY_PREFIX = (("bfcl", "task_acc"), ("appworld", "tgc"), ("moqa", "f1"), ("qa", "f1"))
+KNOWN_METRICS = ("task_acc", "tgc", "f1")
+METRIC_LABELS = {"task_acc": "task accuracy (%)", "tgc": "TGC (%)", "f1": "F1 ×100"}
+AGE_BINS = ("le3", "4_10", "11_25", "gt25")
+AGE_LABELS = {"le3": "≤3", "4_10": "4–10", "11_25": "11–25", "gt25": ">25"}
+#: the paper's Table 2 recall-by-age setting, used as a labelled reference when no cell matches ours
+PAPER_RECALL_REFERENCE = ("gpt-4.1", "appworld_test_normal", 6000)
+GROUP = ["model", "benchmark", "budget"]
+INT_COLUMNS = {"budget", "n", "ok", "error", "step_limit", "cost_limit", "T", "n_T_covered"}
+
+
+# -- records → DataFrame ---------------------------------------------------------------
+
+def primary_metric(benchmark: str, score_keys: Iterable[str] = ()) -> str:
+    """The score key the tables report for ``benchmark``."""
+    b = benchmark.lower()
+    for prefix, metric in PRIMARY_BY_PREFIX:
+        if b.startswith(prefix):
+            return metric
+    keys = set(score_keys)
+    known = [m for m in KNOWN_METRICS if m in keys]
+    if len(known) == 1:
+        return known[0]
+    if keys:
+        return sorted(keys)[0]
+    return "score"
+
+
+def method_sort_key(method: str) -> tuple[int, str]:
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
+
+
+def is_offline(model: str) -> bool:
+    return model in OFFLINE_MODELS
+
+
+def dedupe(records: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+    """Keep the last record per (model, benchmark, method, budget, task); return it and the number dropped."""
+    last: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    for r in records:
+        last[(r["model"], r["benchmark"], r["method"], int(r["budget"]), r["task"])] = r
+    return list(last.values()), len(records) - len(last)
+
+
+@dataclass
+class GroupInfo:
+    """Cost context of one (model, benchmark, budget): ρ and T from its Full records."""
+
+    model: str
+    benchmark: str
+    budget: int
+    n_full: int
+    rho: float | None
+    T: set[str] = field(default_factory=set)
+    full_mean: float | None = None
+
+    @property
+    def has_full(self) -> bool:
+        return self.n_full > 0
+
+    @property
+    def note(self) -> str:
+        if not self.has_full:
+            return (f"no Full-history records for {self.model} × {self.benchmark} at B={self.budget}: "
+                    "ρ, T and cost are undefined; costs not computed or normalised")
+        if not self.T:
+            return (f"{self.model} × {self.benchmark} at B={self.budget}: no Full run exceeded B "
+                    "(T is empty); costs not compared")
+        return ""
+
+
+def group_info(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int], GroupInfo]:
+    """ρ, T and the Full mean cost for each (model, benchmark, budget) present in ``records``."""
+    keys = sorted({(r["model"], r["benchmark"], int(r["budget"])) for r in records})
+    out = {}
+    for model, bench, budget in keys:
+        full = [r for r in records if r["model"] == model and r["benchmark"] == bench
+                and int(r["budget"]) == budget and r["method"] == FULL]
+        info = GroupInfo(model, bench, budget, len(full), None)
+        if full:
+            info.rho = cache_fraction(full)
+            info.T = comparison_set(full)
+            info.full_mean = mean_cost(full, info.T, info.rho)
+        out[(model, bench, budget)] = info
+    return out
+
+
+def records_frame(records: Sequence[Mapping[str, Any]],
+                  groups: Mapping[tuple[str, str, int], GroupInfo] | None = None) -> pd.DataFrame:
+    """One row per record: identity, status, primary score, tokens, and cost with the group's ρ."""
+    groups = group_info(records) if groups is None else groups
+    keys_by_bench: dict[str, set[str]] = {}
+    for r in records:
+        keys_by_bench.setdefault(r["benchmark"], set()).update((r.get("score") or {}).keys())
+    rows = []
+    for r in records:
+        g = groups[(r["model"], r["benchmark"], int(r["budget"]))]
+        metric = primary_metric(r["benchmark"], keys_by_bench[r["benchmark"]])
+        p, o, e, c = record_tokens(r)
+        score = (r.get("score") or {}).get(metric)
+        rows.append({
+            "model": r["model"], "benchmark": r["benchmark"], "budget": int(r["budget"]), "method": r["method"],
+            "task": r["task"], "status": r["status"], "metric": metric,
+            "score": float(score) if score is not None else 0.0,  # a failure without a score scores 0
+            "input_tokens": p, "output_tokens": o, "embedding_tokens": e, "cached_tokens": c,
+            "exceeded_budget": bool(r.get("exceeded_budget", False)),
+            "rho": g.rho, "cost_usd": record_cost(r, g.rho) if g.rho is not None else math.nan,
+            "in_T": r["task"] in g.T, "synthetic": bool(r.get("synthetic", False)),
+            "offline": is_offline(r["model"]),
+            "weights": json.dumps(r["weights"], sort_keys=True) if r.get("weights") else "",
+            "key": r.get("key", ""), "record": r,
+        })
+    cols = ["model", "benchmark", "budget", "method", "task", "status", "metric", "score", "input_tokens",
+            "output_tokens", "embedding_tokens", "cached_tokens", "exceeded_budget", "rho", "cost_usd", "in_T",
+            "synthetic", "offline", "weights", "key", "record"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# -- per-method summary ----------------------------------------------------------------
+
+def _paper_cells() -> dict[tuple[str, str, str, int, str], float]:
+    """(model, benchmark, method, budget, metric) → value over the paper's Tables 6–8."""
+    try:
+        from analysis.paper import paper_results
+        df = paper_results()
+    except (ImportError, FileNotFoundError) as exc:  # the paper CSV is optional for our own numbers
+        print(f"warning: paper results unavailable ({exc}); paper columns left blank", file=sys.stderr)
+        return {}
+    df = df[df["table"].isin(MAIN_TABLES) & df["budget"].notna()]
+    return {(r.model, r.benchmark, r.method, int(r.budget), r.metric): float(r.value) for r in df.itertuples()}
+
+
+def _paper_table2() -> pd.DataFrame:
+    try:
+        from analysis.paper import paper_results
+        df = paper_results()
+    except (ImportError, FileNotFoundError):
+        return pd.DataFrame(columns=["table", "model", "benchmark", "method", "budget", "metric", "value"])
+    return df[df["table"] == "table2"]
+
+
+def summarise(df: pd.DataFrame, groups: Mapping[tuple[str, str, int], GroupInfo]) -> pd.DataFrame:
+    """One row per (model, benchmark, budget, method) with our and the paper's numbers."""
+    paper = _paper_cells()
+    rows = []
+    for (model, bench, budget, method), g in df.groupby(["model", "benchmark", "budget", "method"], sort=False):
+        info = groups[(model, bench, int(budget))]
+        metric = g["metric"].iloc[0]
+        recs = list(g["record"])
+        m_cost = mean_cost(recs, info.T, info.rho) if info.rho is not None else None
+        status = g["status"].value_counts()
+        row = {
+            "model": model, "benchmark": bench, "budget": int(budget), "method": method, "metric": metric,
+            "n": len(g), "perf": 100.0 * g["score"].mean(),
+            "mean_cost_usd": m_cost, "normalised_cost": normalised_cost(m_cost, info.full_mean),
+            **{s: int(status.get(s, 0)) for s in STATUSES},
+            "rho": info.rho, "T": len(info.T) if info.has_full else None,
+            "n_T_covered": int(g["in_T"].sum()) if info.has_full else None,
+            "exceed_share_pct": 100.0 * len(info.T) / info.n_full if info.has_full else None,
+            "paper_perf": paper.get((model, bench, method, int(budget), metric)),
+            "paper_mean_cost_usd": paper.get((model, bench, method, int(budget), "mean_cost_usd")),
+            "paper_normalised_cost": paper.get((model, bench, method, int(budget), "normalized_cost")),
+            "offline": is_offline(model), "synthetic": bool(g["synthetic"].any()),
+            "note": info.note,
+        }
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["_m"] = out["method"].map(method_sort_key)
+    out = out.sort_values(["model", "benchmark", "budget", "_m"]).drop(columns="_m").reset_index(drop=True)
+    return out
+
+
+# -- tables ----------------------------------------------------------------------------
+
+@dataclass
+class Table:
+    """A table: raw numbers (CSV), display columns and formats (md, tex), a title and notes."""
+
+    stem: str
+    title: str
+    data: pd.DataFrame
+    columns: list[tuple[str, str, str]]  # (data column, header, format: "s", "d", ".1f", "+pct", "usd", ...)
+    notes: list[str] = field(default_factory=list)
+
+    def display(self) -> list[list[str]]:
+        """Formatted cells; the model of an offline-oracle row gets †, of a synthetic-data row ‡."""
+        out = []
+        for _, row in self.data.iterrows():
+            cells = []
+            for c, _, f in self.columns:
+                cell = fmt(row[c], f)
+                if c == "model":
+                    cell += ("†" if _flag(row.get("offline")) else "") + ("‡" if _flag(row.get("synthetic")) else "")
+                cells.append(cell)
+            out.append(cells)
+        return out
+
+
+def _flag(x: Any) -> bool:
+    return not _missing(x) and bool(x)
+
+
+def _missing(x: Any) -> bool:
+    if x is None:
+        return True
+    try:
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt(x: Any, f: str) -> str:
+    if f == "s":
+        return "" if _missing(x) else str(x)
+    if _missing(x):
+        return "–"
+    if f == "d":
+        return str(int(x))
+    if f == "+pct":
+        return f"{x:+.1f}%"
+    if f == "usd":
+        return f"{x:.4f}" if x == 0 or abs(x) >= 0.001 else f"{x:.2e}"
+    return format(x, f)
+
+
+def _escape_md(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def to_markdown(t: Table) -> str:
+    lines = [f"## {t.title}", ""]
+    if t.data.empty:
+        lines.append("_No rows._")
+    else:
+        aligns = ["---" if f == "s" else "---:" for _, _, f in t.columns]
+        lines.append("| " + " | ".join(_escape_md(h) for _, h, _ in t.columns) + " |")
+        lines.append("|" + "|".join(aligns) + "|")
+        for cells in t.display():
+            lines.append("| " + " | ".join(_escape_md(c) for c in cells) + " |")
+    if t.notes:
+        lines.append("")
+        lines.extend(f"- {n}" for n in t.notes)
+    return "\n".join(lines) + "\n"
+
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                "≤": r"$\leq$", "×": r"$\times$", "–": "--", "—": "---", "−": "$-$", "ρ": r"$\rho$",
+                "Δ": r"$\Delta$", "→": r"$\to$", "·": r"$\cdot$", "≥": r"$\geq$", "|": r"\textbar{}",
+                "†": r"\dag{}", "‡": r"\ddag{}", ">": r"$>$", "<": r"$<$", "§": r"\S{}"}
+
+
+def tex_escape(s: str) -> str:
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in s)
+
+
+def to_latex(t: Table) -> str:
+    """A booktabs ``table`` environment (needs \\usepackage{booktabs}); built by hand, no jinja2."""
+    spec = "".join("l" if f == "s" else "r" for _, _, f in t.columns)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{{tex_escape(t.title)}}}", rf"\label{{tab:{t.stem.replace('_', '-')}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(tex_escape(h) for _, h, _ in t.columns) + r" \\", r"\midrule"]
+    for cells in t.display():
+        lines.append(" & ".join(tex_escape(c) for c in cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if t.notes:
+        lines.append(r"\par\smallskip\footnotesize")
+        lines.append(r" \\ ".join(tex_escape(n) for n in t.notes))
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(t: Table, out: str | Path) -> list[Path]:
+    """Write ``<out>/<stem>.{md,csv,tex}``; returns the paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{t.stem}.{ext}" for ext in ("md", "csv", "tex")]
+    paths[0].write_text(to_markdown(t), encoding="utf-8")
+    data = t.data.drop(columns=[c for c in ("record",) if c in t.data.columns])
+    for c in INT_COLUMNS & set(data.columns):  # an outer merge turns counts into floats
+        data[c] = pd.to_numeric(data[c]).round().astype("Int64")
+    data.to_csv(paths[1], index=False)
+    paths[2].write_text(to_latex(t), encoding="utf-8")
+    return paths
+
+
+def setting_notes(df: pd.DataFrame) -> list[str]:
+    """Labels for offline-oracle and synthetic-data records (not comparable to the paper)."""
+    notes = []
+    if df.empty:
+        return notes
+    off = df[df["offline"]]
+    if not off.empty:
+        benches = ", ".join(sorted(off["benchmark"].unique()))
+        notes.append(f"† OFFLINE: model 'oracle' (a context-bounded script follower, not an LLM) on {benches} — "
+                     "not comparable to the paper's numbers.")
+    syn = df[df["synthetic"]]
+    if not syn.empty:
+        benches = ", ".join(sorted(syn["benchmark"].unique()))
+        notes.append(f"‡ SYNTHETIC: task data of {benches} generated by this project — "
+                     "not comparable to the paper's numbers.")
+    return notes
+
+
+def _title_tag(df: pd.DataFrame) -> str:
+    tags = []
+    if not df.empty and df["offline"].any():
+        tags.append("offline oracle")
+    if not df.empty and df["synthetic"].any():
+        tags.append("synthetic data")
+    return f" [{', '.join(tags)}: not comparable to paper numbers]" if tags else ""
+
+
+def _group_notes(summary: pd.DataFrame) -> list[str]:
+    if summary.empty:
+        return []
+    return list(dict.fromkeys(n for n in summary["note"] if n))
+
+
+def _cost_notes() -> list[str]:
+    return ["Cost: Eq. 3 with ρ = cache fraction of the Full-history records of the same model × benchmark × B; "
+            "mean over T (tasks whose Full run exceeded B), successes and failures alike; "
+            "normalised cost = mean_m / mean_Full (ratio of means)."]
+
+
+def _metric_note(summary: pd.DataFrame) -> str:
+    if summary.empty:
+        return ""
+    pairs = sorted({(b, m) for b, m in zip(summary["benchmark"], summary["metric"], strict=True)})
+    return "Performance = mean primary metric ×100 over all tasks (failures score 0): " + ", ".join(
+        f"{b}: {METRIC_LABELS.get(m, m)}" for b, m in pairs) + "."
+
+
+def main_table(summary: pd.DataFrame, stem: str = "table_main") -> Table:
+    cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
+            ("method", "method", "s"), ("n", "n", "d"), ("perf", "perf", ".1f"), ("paper_perf", "paper perf", ".1f"),
+            ("mean_cost_usd", "mean cost $ (T)", "usd"), ("paper_mean_cost_usd", "paper mean cost $", "usd"),
+            ("normalised_cost", "norm. cost", ".3f"), ("paper_normalised_cost", "paper norm. cost", ".3f"),
+            ("ok", "ok", "d"), ("error", "error", "d"), ("step_limit", "step limit", "d"),
+            ("cost_limit", "cost limit", "d"), ("T", "|T|", "d"), ("exceed_share_pct", "% tasks > B", ".1f"),
+            ("rho", "ρ", ".3f")]
+    notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + [
+        "Paper columns: the paper's Tables 6–8 where it reports the same (model, benchmark, method, B); "
+        "blank (–) otherwise."]
+    cov = summary[summary["T"].notna() & (summary["n_T_covered"] < summary["T"])] if not summary.empty else summary
+    for _, r in cov.iterrows():
+        notes.append(f"{r['model']} × {r['benchmark']} B={r['budget']}: {r['method']} has records for only "
+                     f"{int(r['n_T_covered'])} of the {int(r['T'])} tasks in T.")
+    title = "Tables 6–8 analogue: performance, mean cost over T and normalised cost per method" + _title_tag(summary)
+    return Table(stem, title, summary, cols, [n for n in notes if n])
+
+
+def table1(summary: pd.DataFrame, stem: str = "table1") -> Table:
+    """Relative change (CR − m)/m of ContextRender vs each other method, ours and the paper's."""
+    rows = []
+    for (model, bench, budget), g in summary.groupby(GROUP, sort=False):
+        cr = g[g["method"] == CR]
+        if cr.empty:
+            continue
+        cr = cr.iloc[0]
+        for _, m in g[g["method"] != CR].iterrows():
+            def pct(a: Any, b: Any) -> float | None:
+                v = relative_change(None if _missing(a) else float(a), None if _missing(b) else float(b))
+                return None if v is None else 100.0 * v
+            rows.append({
+                "model": model, "benchmark": bench, "budget": budget, "method": m["method"], "metric": m["metric"],
+                "perf_cr": cr["perf"], "perf_m": m["perf"],
+                "rel_perf_pct": pct(cr["perf"], m["perf"]),
+                "paper_rel_perf_pct": pct(cr["paper_perf"], m["paper_perf"]),
+                "cost_cr_usd": cr["mean_cost_usd"], "cost_m_usd": m["mean_cost_usd"],
+                "rel_cost_pct": pct(cr["mean_cost_usd"], m["mean_cost_usd"]),
+                "paper_rel_cost_pct": pct(cr["paper_mean_cost_usd"], m["paper_mean_cost_usd"]),
+                "offline": m["offline"], "synthetic": bool(cr["synthetic"] or m["synthetic"]), "note": m["note"],
+            })
+    data = pd.DataFrame(rows, columns=["model", "benchmark", "budget", "method", "metric", "perf_cr", "perf_m",
+                                       "rel_perf_pct", "paper_rel_perf_pct", "cost_cr_usd", "cost_m_usd",
+                                       "rel_cost_pct", "paper_rel_cost_pct", "offline", "synthetic", "note"])
+    cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
+            ("method", "vs method", "s"), ("perf_cr", "CR perf", ".1f"), ("perf_m", "method perf", ".1f"),
+            ("rel_perf_pct", "Δ perf", "+pct"), ("paper_rel_perf_pct", "paper Δ perf", "+pct"),
+            ("rel_cost_pct", "Δ mean cost", "+pct"), ("paper_rel_cost_pct", "paper Δ mean cost", "+pct")]
+    notes = setting_notes(summary)
+    missing_cr = [f"{k[0]} × {k[1]} B={k[2]}" for k, g in summary.groupby(GROUP, sort=False)
+                  if not (g["method"] == CR).any()] if not summary.empty else []
+    if missing_cr:
+        notes.append("no ContextRender records (no Table 1 rows) for: " + "; ".join(missing_cr) + ".")
+    notes += _group_notes(summary)
+    notes += ["Δ = (CR − m)/m ×100%, for performance and for mean cost over T (negative Δ cost: CR is cheaper).",
+              "Paper Δ derived from the paper's Tables 6–8 cells (performance, mean cost) of the same "
+              "(model, benchmark, method, B); blank (–) where the paper has no such cell.",
+              _metric_note(summary)] + _cost_notes()
+    title = "Table 1 analogue: relative change of ContextRender vs each method" + _title_tag(summary)
+    return Table(stem, title, data, cols, [n for n in notes if n])
+
+
+def load_recall(path: str | Path) -> dict[str, Any]:
+    d = json.loads(Path(path).read_text(encoding="utf-8"))
+    if "methods" not in d or "budget" not in d:
+        raise ValueError(f"{path}: not a replay recall file (needs 'budget' and 'methods')")
+    return d
+
+
+def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | None = None,
+                   stem: str = "table_ablation") -> Table:
+    """Performance per ablation method; with ``recall``, Later-Used Result Recall overall and by age."""
+    abl = summary[summary["method"].isin(ABLATION_METHODS)].copy() if not summary.empty else summary.copy()
+    cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
+            ("method", "method", "s"), ("n", "n", "d"), ("perf", "perf", ".1f"), ("paper_perf", "paper perf", ".1f")]
+    notes = setting_notes(abl)
+    t2 = _paper_table2()
+
+    def p2(model: str, bench: str, method: str, budget: int, metric: str) -> float | None:
+        rows = t2[(t2["model"] == model) & (t2["benchmark"] == bench) & (t2["method"] == method)
+                  & (t2["metric"] == metric) & t2["budget"].eq(int(budget)).fillna(False)]
+        return float(rows["value"].iloc[0]) if len(rows) else None
+
+    if not abl.empty:  # Table 2's performance column (Tables 6–8 do not carry the cr_* ablations)
+        abl["paper_perf"] = [p if not _missing(p) else p2(r.model, r.benchmark, r.method, r.budget, r.metric)
+                             for p, r in zip(abl["paper_perf"], abl.itertuples(), strict=True)]
+    if recall is not None:
+        budget = int(recall["budget"])
+        rmodel, rbench = recall.get("model"), recall.get("benchmark")
+        targets = sorted({(m, b) for m, b, bb in zip(abl["model"], abl["benchmark"], abl["budget"], strict=True)
+                          if bb == budget and (rmodel is None or m == rmodel) and (rbench is None or b == rbench)})
+        if not targets:
+            targets = [(rmodel or "(replay)", rbench or "(replay)")]
+            notes.append(f"no ablation records at the recall budget B={budget}; recall rows stand alone.")
+        elif len(targets) > 1:
+            notes.append(f"the recall file names no model/benchmark; its numbers are shown for every group at "
+                         f"B={budget}: " + "; ".join(f"{m} × {b}" for m, b in targets) + ".")
+        rrows = []
+        for model, bench in targets:
+            has_own = ((t2["model"] == model) & (t2["benchmark"] == bench) & t2["budget"].eq(budget).fillna(False)
+                       & (t2["metric"] == "later_used_recall")).any()
+            ref_setting = (model, bench, budget) if has_own else PAPER_RECALL_REFERENCE
+            for method, s in recall["methods"].items():
+                by_age = s.get("recall_by_age") or {}
+                row = {"model": model, "benchmark": bench, "budget": budget, "method": method,
+                       "recall": s.get("recall"), **{f"recall_{b}": by_age.get(b) for b in AGE_BINS},
+                       "paper_recall": p2(*ref_setting[:2], method, ref_setting[2], "later_used_recall"),
+                       **{f"paper_recall_{b}": p2(*ref_setting[:2], method, ref_setting[2],
+                                                  f"later_used_recall_age_{b}") for b in AGE_BINS},
+                       "paper_setting": "{} / {} / B={}".format(*ref_setting)}
+                rrows.append(row)
+        rec = pd.DataFrame(rrows)
+        if abl.empty:
+            abl = rec
+        else:
+            abl = abl.merge(rec, on=["model", "benchmark", "budget", "method"], how="outer")
+        cols += [("recall", "recall", ".1f"), ("paper_recall", "paper recall", ".1f")]
+        for b in AGE_BINS:
+            cols += [(f"recall_{b}", f"age {AGE_LABELS[b]}", ".1f"), (f"paper_recall_{b}", "paper", ".1f")]
+        cols.append(("paper_setting", "paper setting", "s"))
+        ev = recall.get("events_by_age") or {}
+        notes.append(f"Later-Used Result Recall (spec §7) from replaying recorded Full-history traces at B={budget}: "
+                     f"{recall.get('events', '?')} events ("
+                     + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + ").")
+        notes.append("Paper recall columns: Table 2 of the setting named in 'paper setting' — the same "
+                     "(model, benchmark, B) when the paper reports it, otherwise its reference setting "
+                     f"({PAPER_RECALL_REFERENCE[0]}, {PAPER_RECALL_REFERENCE[1]}, B={PAPER_RECALL_REFERENCE[2]}), "
+                     "shown for the methods' ordering only, not as comparable numbers.")
+    if not abl.empty:
+        abl["_m"] = abl["method"].map(method_sort_key)
+        abl = abl.sort_values(["model", "benchmark", "budget", "_m"]).drop(columns="_m").reset_index(drop=True)
+    if abl.empty or not abl["method"].isin([m for m in ABLATION_METHODS if m != FULL]).any():
+        notes.append("no records of the ablation methods (cr_recency, cr_relevance, cr_recency_relevance).")
+    notes += ["Ablations: ContextRender weights (W_rec, W_rel, W_reuse) — cr_recency (1,0,0), cr_relevance (0,1,0), "
+              "cr_recency_relevance (1,1,0), contextrender (1,1,1); not renormalised.",
+              "Paper perf: the paper's Table 2 (or Tables 6–8) where it reports the same (model, benchmark, "
+              "method, B).", _metric_note(summary)]
+    title = "Table 2 analogue: ContextRender ablations" + (" and Later-Used Result Recall" if recall else "") \
+        + _title_tag(summary)
+    if not abl.empty:  # recall-only rows (methods without records) come from the merge without flags
+        abl["offline"] = abl["model"].map(is_offline)
+        abl["synthetic"] = abl["synthetic"].fillna(False).astype(bool) if "synthetic" in abl else False
+    return Table(stem, title, abl, cols, [n for n in notes if n])
+
+
+def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:
+    """Performance and normalised cost vs B, one row per (model, benchmark, method), one column pair per B."""
+    budgets = sorted(summary["budget"].unique()) if not summary.empty else []
+    rows = []
+    if not summary.empty:
+        for (model, bench, method), g in summary.groupby(["model", "benchmark", "method"], sort=False):
+            row: dict[str, Any] = {"model": model, "benchmark": bench, "method": method}
+            for b in budgets:
+                r = g[g["budget"] == b]
+                row[f"perf_B{b}"] = r["perf"].iloc[0] if len(r) else None
+                row[f"normalised_cost_B{b}"] = r["normalised_cost"].iloc[0] if len(r) else None
+                row[f"n_B{b}"] = int(r["n"].iloc[0]) if len(r) else None
+                row[f"paper_perf_B{b}"] = r["paper_perf"].iloc[0] if len(r) else None
+            rows.append(row)
+    data = pd.DataFrame(rows)
+    if not data.empty:
+        data["_m"] = data["method"].map(method_sort_key)
+        data = data.sort_values(["model", "benchmark", "_m"]).drop(columns="_m").reset_index(drop=True)
+        # paper columns only for budgets where the paper reports something
+        for b in budgets:
+            if data[f"paper_perf_B{b}"].isna().all():
+                data = data.drop(columns=f"paper_perf_B{b}")
+    cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("method", "method", "s")]
+    for b in budgets:
+        cols.append((f"perf_B{b}", f"perf B={b}", ".1f"))
+        if f"paper_perf_B{b}" in data.columns:
+            cols.append((f"paper_perf_B{b}", f"paper perf B={b}", ".1f"))
+        cols.append((f"normalised_cost_B{b}", f"norm. cost B={b}", ".3f"))
+    notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + [
+        "Normalised cost at each B uses ρ and T of the Full records at that B."]
+    title = "Budget sweep (Figure 5 analogue): performance and normalised cost vs B" + _title_tag(summary)
+    return Table(stem, title, data, cols, [n for n in notes if n])
+
+
+# -- entry point -----------------------------------------------------------------------
+
+def load(runs: Sequence[str | Path]) -> tuple[list[Mapping[str, Any]], int]:
+    recs: list[Mapping[str, Any]] = []
+    for root in runs:
+        recs.extend(load_records(root))
+    return dedupe(recs)
+
+
+def build(runs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[str, str, int], GroupInfo],
+                                                 int]:
+    """(records frame, per-method summary, group info, duplicates dropped)."""
+    recs, dropped = load(runs)
+    groups = group_info(recs)
+    df = records_frame(recs, groups)
+    return df, summarise(df, groups), groups, dropped
+
+
+TABLES = ("table1", "main", "ablation", "sweep")
+
+
+def make_tables(runs: Sequence[str | Path], out: str | Path, which: str = "all",
+                recall: str | Path | None = None) -> list[Path]:
+    df, summary, _, dropped = build(runs)
+    if df.empty:
+        raise SystemExit(f"no records under {', '.join(map(str, runs))} (expected <run_dir>/records/*.jsonl)")
+    extra = [f"{dropped} duplicate records (same model, benchmark, method, B, task) dropped; kept the last."] \
+        if dropped else []
+    source = "Source: " + ", ".join(str(r) for r in runs) + f" ({len(df)} records)."
+    if which == "all":
+        wanted = ["table1", "main"]
+        if recall is not None or df["method"].isin([m for m in ABLATION_METHODS if m not in (FULL, CR)]).any():
+            wanted.append("ablation")
+        if (df.groupby(["model", "benchmark"])["budget"].nunique() > 1).any():
+            wanted.append("sweep")
+    else:
+        wanted = [which]
+    paths: list[Path] = []
+    for name in wanted:
+        if name == "table1":
+            t = table1(summary)
+        elif name == "main":
+            t = main_table(summary)
+        elif name == "ablation":
+            t = ablation_table(summary, load_recall(recall) if recall else None)
+        elif name == "sweep":
+            t = sweep_table(summary)
+        else:
+            raise SystemExit(f"unknown table {name!r}; choose from {', '.join(TABLES)} or all")
+        t.notes += extra + [source]
+        paths += write_table(t, out)
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m analysis.tables", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", nargs="+", required=True, help="run directories holding records/*.jsonl")
+    ap.add_argument("--out", default="results", help="output directory (default: results)")
+    ap.add_argument("--table", default="all", choices=[*TABLES, "all"])
+    ap.add_argument("--recall", default=None, help="replay recall JSON (experiments.replay output) for ablation")
+    args = ap.parse_args(argv)
+    for p in make_tables(args.runs, args.out, args.table, args.recall):
+        print(p)
+        if p.suffix == ".md":
+            sys.stdout.write(p.read_text(encoding="utf-8") + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""Helpers shared by every baseline (spec §1, §5, §6).
+
+All baselines use the same budget scope (:class:`~contextrender.render.Scope`:
+the leading system prompt and the current user message are outside B), the
+session's one token counter, the one budget check
+(:func:`~contextrender.render.check_budget`) and the same project rules as
+ContextRender (spec §5):
+
+- an omitted tool result keeps its tool call and shows the omission marker,
+  whose tokens are charged to B;
+- when the verbatim user/assistant messages alone exceed B,
+  :func:`~contextrender.render.fit_verbatim` decides what gives.
+
+Stateful baselines (summaries) keep their state only in graph artifacts,
+keyed by policy name and budget, so a reopened graph renders identically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextrender.compaction import Compactor, ExtractiveCompactor
+from contextrender.events import Usage
+from contextrender.graph import Session
+from contextrender.render import (
+    Rendered,
+    Scope,
+    Trim,
+    assemble,
+    check_budget,
+    fit_verbatim,
+    marker_text,
+    text_message_tokens,
+)
+
+#: Artifact kind of every baseline's persisted state.
+STATE_KIND = "baseline_state"
+
+
+# -- assembling and counting -------------------------------------------------------
+
+
+def _current_index(session: Session, scope: Scope, keep: set[int],
+                   inserts: Mapping[int, list[dict[str, Any]]]) -> int | None:
+    """Position of the current user message in what :func:`assemble` returns."""
+    if scope.current is None:
+        return None
+    i = len(scope.system) + len(inserts.get(-1, []))
+    for seq in range(len(scope.system), scope.current):
+        i += len(inserts.get(seq, [])) + (seq in keep)
+    return i + len(inserts.get(scope.current, []))
+
+
+def build(session: Session, scope: Scope, shown: Iterable[int], *, bodies: Mapping[int, str] | None = None,
+          inserts: Mapping[int, list[dict[str, Any]]] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Assemble the prompt and recount Tok(H_t) on the assembled messages.
+
+    H_t is everything but the leading system messages and the current user
+    message; summary messages a policy inserts are history and are charged.
+    """
+    inserts = inserts or {}
+    keep = set(shown)
+    msgs = assemble(session, scope, keep, bodies, inserts)
+    cur = _current_index(session, scope, keep, inserts)
+    history = [m for i, m in enumerate(msgs) if i >= len(scope.system) and i != cur]
+    return msgs, session.counter.messages(history)
+
+
+def finish(name: str, session: Session, scope: Scope, budget: int, shown: Iterable[int], *,
+           visible: Iterable[int], usage: Usage, bodies: Mapping[int, str] | None = None,
+           inserts: Mapping[int, list[dict[str, Any]]] | None = None, budgeted: bool = True) -> Rendered:
+    """Assemble, recount, check the budget (spec §5 postcondition) and wrap."""
+    msgs, tokens = build(session, scope, shown, bodies=bodies, inserts=inserts)
+    if budgeted:
+        check_budget(tokens, budget, name)
+    return Rendered(tuple(msgs), tokens, frozenset(visible), usage)
+
+
+def full_history(name: str, session: Session, scope: Scope, budget: int, usage: Usage | None = None,
+                 budgeted: bool = True) -> Rendered:
+    """The full history unchanged (every policy's shortcut when Tok(H_full) ≤ B)."""
+    return finish(name, session, scope, budget, scope.history, visible=scope.history_results(session),
+                  usage=usage or Usage(), budgeted=budgeted)
+
+
+# -- selection helpers --------------------------------------------------------------
+
+
+def delta(session: Session, seq: int) -> int:
+    """What showing result ``seq`` in full adds to a history where it is a marker."""
+    r = session.result(seq)
+    return r.ntok - r.marker_ntok
+
+
+def first_user_seq(session: Session) -> int | None:
+    return next((i for i, m in enumerate(session.messages) if m.role == "user"), None)
+
+
+def trim_candidates(session: Session, trim: Trim) -> list[int]:
+    """Results still rendered after :func:`fit_verbatim` (each at least as its marker), in order."""
+    return [s for s in trim.kept if session.is_result(s)]
+
+
+def fill(session: Session, order: Sequence[int], current: int, limit: int,
+         chosen: list[int] | None = None) -> tuple[list[int], int]:
+    """Visit ``order``; show each result in full if the history still fits ``limit``.
+
+    One that does not fit is skipped and the next one is tried (no early stop).
+    Returns the chosen seqs (in visiting order) and the new history size.
+    """
+    chosen = list(chosen or [])
+    taken = set(chosen)
+    for s in order:
+        if s in taken:
+            continue
+        d = delta(session, s)
+        if current + d <= limit:
+            chosen.append(s)
+            taken.add(s)
+            current += d
+    return chosen, current
+
+
+def selection_bodies(session: Session, trim: Trim, full: Iterable[int],
+                     replaced: Mapping[int, str] | None = None) -> dict[int, str]:
+    """Bodies for a layout over ``trim``: markers for candidates not in ``full``
+    (unless ``replaced`` gives another text) and the clipped task message, if any."""
+    full = set(full)
+    replaced = replaced or {}
+    bodies: dict[int, str] = {}
+    for s in trim_candidates(session, trim):
+        if s in replaced:
+            bodies[s] = replaced[s]
+        elif s not in full:
+            bodies[s] = marker_text(session, s)
+    if trim.clipped_first_user is not None:
+        fu = first_user_seq(session)
+        assert fu is not None
+        bodies[fu] = trim.clipped_first_user
+    return bodies
+
+
+# -- summaries ---------------------------------------------------------------------
+
+
+def default_compactor(compactor: Compactor | None) -> Compactor:
+    return compactor if compactor is not None else ExtractiveCompactor()
+
+
+def transcript_text(session: Session, seqs: Iterable[int], bodies: Mapping[int, str] | None = None) -> str:
+    """Messages as plain text for a compaction model (tool calls with their arguments)."""
+    bodies = bodies or {}
+    out: list[str] = []
+    for s in seqs:
+        m = session.message(s)
+        content = bodies.get(s, m.content)
+        if m.role == "tool":
+            if session.is_result(s):
+                r = session.result(s)
+                out.append(f"[tool result of {r.tool_name} (call {r.call_id})]\n{content}")
+            else:
+                out.append(f"[tool result]\n{content}")
+            continue
+        if content:
+            out.append(f"[{m.role}]\n{content}")
+        for c in m.tool_calls:
+            out.append(f"[{m.role} tool call {c.name} (call {c.id})]\n{c.arguments}")
+    return "\n\n".join(out)
+
+
+def summary_block(previous: str | None, label: str = "Summary so far") -> str:
+    """Header placing a previous summary before newly compressed content."""
+    return f"[{label}]\n{previous}\n\n" if previous else ""
+
+
+def cap_text(session: Session, text: str, max_tokens: int) -> str:
+    """Enforce a token cap with the session's counter (the compactor may count differently)."""
+    c = session.counter
+    return text if c.text(text) <= max_tokens else c.truncate(text, max(max_tokens, 0))
+
+
+def summary_cost(session: Session, label: str) -> int:
+    """Tok of a summary message that holds only its label line."""
+    return text_message_tokens(session.counter, label + "\n")
+
+
+def summary_message(session: Session, label: str, text: str, max_tokens: int) -> tuple[dict[str, Any] | None, int]:
+    """A user-role summary message of at most ``max_tokens`` tokens, and its Tok.
+
+    Returns ``(None, 0)`` when there is nothing to say or when not even the
+    label fits (a summary without its label would be unattributed text).
+    """
+    if not text or max_tokens <= summary_cost(session, label):
+        return None, 0
+    body = cap_text(session, text, max_tokens - summary_cost(session, label))
+    content = label + "\n" + body
+    return {"role": "user", "content": content}, text_message_tokens(session.counter, content)
+
+
+def compact(session: Session, compactor: Compactor, text: str, cap: int,
+            instructions: str | None = None) -> tuple[str, Usage]:
+    """One compaction call, with the cap enforced by the session's counter."""
+    out, usage = compactor.compact(text, cap, instructions=instructions)
+    return cap_text(session, out, cap), usage
+
+
+# -- persisted state (artifacts) ---------------------------------------------------
+
+
+def state_key(name: str, budget: int, *parts: str) -> str:
+    """Artifacts of a stateful policy are keyed by its name and the budget."""
+    return "|".join([name, f"B={budget}", *parts])
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Covered:
+    """History a summary stands for: seqs < ``upto`` except those in ``exclude``.
+
+    ``exclude`` holds the user message that was current (outside B) when the
+    summary was written; once a newer user message arrives it is history again
+    and is rendered verbatim until the next compaction covers it.
+    """
+
+    upto: int
+    exclude: tuple[int, ...]
+    summary: str
+
+    def covers(self, seq: int) -> bool:
+        return seq < self.upto and seq not in self.exclude
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"upto": self.upto, "exclude": list(self.exclude), "summary": self.summary}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Covered:
+        return Covered(int(d["upto"]), tuple(int(s) for s in d["exclude"]), str(d["summary"]))
+
+
+def load_covered(session: Session, key: str) -> Covered | None:
+    d = session.latest_artifact(STATE_KIND, key)
+    return Covered.from_dict(d) if d is not None else None
+
+
+def save_covered(session: Session, key: str, state: Covered, usage: Usage) -> None:
+    session.put_artifact(STATE_KIND, key, {**state.to_dict(), "usage": usage.to_dict()})
+
+
+def advance(scope: Scope, state: Covered | None, window: Sequence[int], keep_from: int, summary: str) -> Covered:
+    """The state after a new summary that stands for the old one plus ``window`` seqs before ``keep_from``.
+
+    Seqs the old summary covered stay covered; window seqs from ``keep_from`` on
+    stay rendered; the current user message is never covered.
+    """
+    upto = max(keep_from, state.upto if state else 0)
+    exclude = {s for s in window if keep_from <= s < upto}
+    if scope.current is not None and scope.current < upto:
+        exclude.add(scope.current)
+    return Covered(upto, tuple(sorted(exclude)), summary)
+
+
+def uncovered(scope: Scope, state: Covered | None) -> list[int]:
+    """History seqs a summary does not stand for (rendered themselves)."""
+    if state is None:
+        return list(scope.history)
+    return [s for s in scope.history if not state.covers(s)]
+
+
+def dangling(session: Session, seqs: Iterable[int], state: Covered | None) -> bool:
+    """True if a result among ``seqs`` belongs to a tool call a summary already covers.
+
+    Rendering it would split a call/result pair; the caller folds it into the
+    summary instead. Agent loops deliver results before the next model call,
+    so this only happens with unusual transcripts.
+    """
+    if state is None:
+        return False
+    for s in seqs:
+        if session.is_result(s):
+            cs = session.result(s).call_seq
+            if cs is not None and state.covers(cs):
+                return True
+    return False
+
+
+def window_layout(session: Session, scope: Scope, window: Sequence[int], room: int,
+                  replaced: Mapping[int, str] | None = None) -> tuple[list[int], dict[int, str], list[int]]:
+    """Render ``window`` (uncovered history) within ``room`` tokens.
+
+    Everything is shown as is (results in full or as their ``replaced`` text)
+    when it fits. Otherwise the spec §5 project rules apply inside the window:
+    :func:`fit_verbatim` keeps the user/assistant messages (dropping the oldest
+    turns if they alone overflow) and results are shown newest first while
+    they fit, the rest as markers. Returns (shown seqs, bodies, visible seqs).
+    """
+    replaced = dict(replaced or {})
+    # A result whose call a summary stands for is not rendered alone (pairs never split).
+    in_window = set(window)
+    window = [s for s in window if not session.is_result(s) or session.result(s).call_seq is None
+              or session.result(s).call_seq in in_window]
+    results = [s for s in window if session.is_result(s)]
+
+    def cost(s: int) -> int:
+        if s in replaced:
+            return text_message_tokens(session.counter, replaced[s])
+        return session.ntok(s)
+
+    if sum(cost(s) for s in window) <= room:
+        visible = [s for s in results if s not in replaced]
+        return list(window), dict(replaced), visible
+    sub = Scope(scope.system, scope.current, tuple(window))
+    trim = fit_verbatim(session, sub, max(room, 0))
+    current = trim.base_tokens
+    chosen: list[int] = []
+    for s in reversed(trim_candidates(session, trim)):  # newest → oldest, skip and continue
+        d = cost(s) - session.result(s).marker_ntok
+        if current + d <= room:
+            chosen.append(s)
+            current += d
+    bodies = selection_bodies(session, trim, chosen, {s: t for s, t in replaced.items() if s in chosen})
+    visible = [s for s in chosen if s not in replaced]
+    return list(trim.kept), bodies, visible

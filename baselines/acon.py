@@ -1,0 +1,241 @@
+"""ACON-style history and observation compression (spec §6).
+
+ACON compresses an agent's context with a natural-language guideline and a
+compressor model; the paper runs it with the authors' optimised guideline and
+the compaction model as compressor, under the same B as every other method.
+This module implements that procedure; it contains no code or prompt text from
+the ACON project.
+
+- **Guideline.** By default the project's own guideline,
+  ``baselines/acon_guideline.md``, written from scratch for this harness (its
+  "History compression" and "Observation compression" sections). The authors'
+  optimised guideline can be used instead by passing its file as
+  ``guideline_path`` (and optionally ``observation_guideline_path``); a file
+  without those section headings is used whole as the history guideline.
+- **Observation compression.** A tool result whose message exceeds the
+  observation threshold (AppWorld default 1024 tokens; QA uses 400) is
+  compressed once by the compactor with the observation guideline, to at most
+  ``observation_ratio`` of the threshold, and shown in that form from then on
+  (it no longer counts as visible). The compressed text is a graph artifact.
+- **History compression.** When the history as ACON holds it (its summary plus
+  the uncompressed turns, observations in compressed form) exceeds the history
+  threshold (AppWorld default 4096; QA uses 2048), everything except the last
+  ``keep_last_turns`` turns (default 1; a turn = one invocation with its
+  tool calls and results) is compressed, together with the previous summary,
+  into a new summary. The compressor is asked to write it under a
+  "History Summary" heading; the text after that heading is kept (fallback:
+  the whole output). The summary message is at most ``summary_share`` of the
+  threshold. It is a user-role message right after the system prompt.
+- **Same B.** Effective thresholds are min(threshold, B), so ACON never
+  renders above B; if the summary plus the last turn still exceed B, the
+  spec §5 project rules apply to the last turn (results newest first while
+  they fit, the others as omission markers; oldest messages dropped if the
+  verbatim messages alone overflow).
+
+State (the summary and what it covers) is a graph artifact keyed by policy
+name, budget, compactor and guideline digest: a reopened graph resumes
+identically and a repeated render never compresses twice.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from contextrender.compaction import Compactor
+from contextrender.events import Usage
+from contextrender.graph import Session
+from contextrender.render import Rendered, Scope, text_message_tokens
+
+from ._common import (
+    Covered,
+    advance,
+    cap_text,
+    compact,
+    dangling,
+    default_compactor,
+    digest,
+    finish,
+    load_covered,
+    save_covered,
+    state_key,
+    summary_block,
+    summary_cost,
+    summary_message,
+    transcript_text,
+    uncovered,
+    window_layout,
+)
+
+DEFAULT_GUIDELINE_PATH = Path(__file__).with_name("acon_guideline.md")
+
+SUMMARY_LABEL = ("[History Summary: the earlier steps of this task, compressed. "
+                 "The messages and tool results it summarises are no longer shown.]")
+OBSERVATION_LABEL = "[Tool output compressed to fit the context; the original is longer.]"
+OBSERVATION_KIND = "acon_observation"
+
+_HISTORY_TASK = """{guideline}
+
+The user message holds the interaction history to compress (it may begin with an earlier summary).
+Compress it following the guideline above. Write the result under a heading line
+"## History Summary"; only the text after that heading is kept. Use at most {{max_tokens}} tokens."""
+
+_OBSERVATION_TASK = """{guideline}
+
+The user message holds one tool output. Compress it following the guideline above.
+Reply with the compressed output only, in at most {{max_tokens}} tokens."""
+
+# A "History Summary" heading: on its own line (markdown marks allowed) or followed by a colon.
+_HEADING = re.compile(r"(?im)^[ \t#*_>]*history[ \t]+summary[ \t*_]*(?::|$)")
+
+
+def parse_history_summary(output: str) -> str:
+    """The text after the last "History Summary" heading; the whole output if there is none."""
+    matches = list(_HEADING.finditer(output))
+    if matches:
+        rest = output[matches[-1].end():].strip()
+        if rest:
+            return rest
+    return output.strip()
+
+
+def load_guidelines(path: str | Path) -> tuple[str, str | None]:
+    """(history guideline, observation guideline or None) from a markdown file.
+
+    Sections are found by level-2 headings mentioning "history" and
+    "observation"; a file without a history section is the history guideline.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    sections: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            head = line[3:].lower()
+            current = "history" if "history" in head else "observation" if "observation" in head else None
+            if current is not None:
+                sections[current] = []
+            continue
+        if current is not None:
+            sections[current].append(line)
+    history = "\n".join(sections["history"]).strip() if "history" in sections else text.strip()
+    observation = "\n".join(sections["observation"]).strip() if "observation" in sections else None
+    return history, observation
+
+
+def _escape(text: str) -> str:
+    # Compactors fill {max_tokens} with str.format: braces in a guideline must be literal.
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+class Acon:
+    """History compression past a threshold, observation compression past another, within B."""
+
+    budgeted = True
+
+    def __init__(self, *, compactor: Compactor | None = None, history_threshold: int = 4096,
+                 observation_threshold: int = 1024, keep_last_turns: int = 1, summary_share: float = 0.5,
+                 observation_ratio: float = 0.5, guideline_path: str | None = None,
+                 observation_guideline_path: str | None = None, name: str = "acon") -> None:
+        if history_threshold <= 0 or observation_threshold <= 0:
+            raise ValueError("thresholds must be positive")
+        if keep_last_turns < 0:
+            raise ValueError("keep_last_turns must be ≥ 0")
+        self.name = name
+        self.compactor = default_compactor(compactor)
+        self.history_threshold = history_threshold
+        self.observation_threshold = observation_threshold
+        self.keep_last_turns = keep_last_turns
+        self.summary_share = summary_share
+        self.observation_ratio = observation_ratio
+        default_history, default_observation = load_guidelines(DEFAULT_GUIDELINE_PATH)
+        history, observation = (load_guidelines(guideline_path) if guideline_path
+                                else (default_history, default_observation))
+        if observation_guideline_path:
+            observation = load_guidelines(observation_guideline_path)[0]
+        self.history_prompt = _HISTORY_TASK.format(guideline=_escape(history))
+        self.observation_prompt = _OBSERVATION_TASK.format(guideline=_escape(observation or default_observation or ""))
+        self._digest = digest(self.history_prompt + "\0" + self.observation_prompt)
+
+    def render(self, session: Session, budget: int) -> Rendered:
+        scope = Scope.of(session)
+        t_hist = min(self.history_threshold, budget)  # spec §6: same B for every method
+        t_obs = min(self.observation_threshold, budget)
+        key = state_key(self.name, budget, self.compactor.name, self._digest)
+        state = load_covered(session, key)
+        usage = Usage()
+
+        window = uncovered(scope, state)
+        obs, u = self._observations(session, window, t_obs, budget)
+        usage += u
+        max_msg = int(self.summary_share * t_hist)
+        _, s_tok = summary_message(session, SUMMARY_LABEL, state.summary, max_msg) if state else (None, 0)
+        view = s_tok + sum(self._cost(session, s, obs) for s in window)
+        if view > t_hist or dangling(session, window, state):
+            keep_from = self._keep_from(session, window, state)
+            to_cover = [s for s in window if s < keep_from]
+            cap = max_msg - summary_cost(session, SUMMARY_LABEL)
+            if to_cover and cap > 0:
+                text = summary_block(state.summary if state else None) + transcript_text(session, to_cover, obs)
+                raw, u = compact(session, self.compactor, text, cap, instructions=self.history_prompt)
+                usage += u
+                summary = cap_text(session, parse_history_summary(raw), cap)
+                state = advance(scope, state, window, keep_from, summary)
+                save_covered(session, key, state, u)
+                window = uncovered(scope, state)
+
+        msg, s_tok = summary_message(session, SUMMARY_LABEL, state.summary, max_msg) if state else (None, 0)
+        replaced = {s: obs[s] for s in window if s in obs}
+        shown, bodies, visible = window_layout(session, scope, window, budget - s_tok, replaced)
+        return finish(self.name, session, scope, budget, shown, visible=visible, usage=usage, bodies=bodies,
+                      inserts={-1: [msg]} if msg else None)
+
+    # -- helpers ---------------------------------------------------------------
+
+    @staticmethod
+    def _cost(session: Session, seq: int, obs: dict[int, str]) -> int:
+        return text_message_tokens(session.counter, obs[seq]) if seq in obs else session.ntok(seq)
+
+    def _keep_from(self, session: Session, window: list[int], state: Covered | None) -> int:
+        """First seq of the last ``keep_last_turns`` turns (everything before it is compressed)."""
+        if not window:
+            return 0
+        t = session.next_invocation
+        start = next((s for s in window if session.invocation_of(s) >= t - self.keep_last_turns), window[-1] + 1)
+        in_window = set(window)
+        for s in window:  # never separate a kept result from its call
+            if s >= start and session.is_result(s):
+                cs = session.result(s).call_seq
+                if cs is not None and cs < start and cs in in_window:
+                    start = cs
+        if state is not None:  # a late result of a call already summarised is folded in
+            for s in window:
+                if session.is_result(s):
+                    cs = session.result(s).call_seq
+                    if cs is not None and state.covers(cs):
+                        start = max(start, s + 1)
+        return start
+
+    def _observations(self, session: Session, window: list[int], t_obs: int,
+                      budget: int) -> tuple[dict[int, str], Usage]:
+        """Compressed text of every result in ``window`` whose message exceeds the observation threshold."""
+        usage = Usage()
+        out: dict[int, str] = {}
+        limit = int(self.observation_ratio * t_obs)
+        cap = limit - summary_cost(session, OBSERVATION_LABEL)
+        if cap <= 0:
+            return out, usage
+        for s in window:
+            if not session.is_result(s) or session.ntok(s) <= t_obs:
+                continue
+            key = state_key(self.name, budget, self.compactor.name, self._digest, f"seq={s}", f"cap={cap}")
+            hit = session.latest_artifact(OBSERVATION_KIND, key)
+            if hit is not None:
+                out[s] = hit["text"]
+                continue
+            text, u = compact(session, self.compactor, session.message(s).content, cap,
+                              instructions=self.observation_prompt)
+            usage += u
+            body = OBSERVATION_LABEL + "\n" + text
+            session.put_artifact(OBSERVATION_KIND, key, {"text": body, "usage": u.to_dict()})
+            out[s] = body
+        return out, usage

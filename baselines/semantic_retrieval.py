@@ -1,0 +1,112 @@
+"""Semantic Retrieval (spec §6): recent results first, then the most similar ones.
+
+At invocation t, when Tok(H_full) > B:
+
+1. user and assistant messages are kept verbatim and charged first
+   (:func:`~contextrender.render.fit_verbatim`, spec §5 project rule); every
+   tool result starts as its omission marker;
+2. results from the ``recent_turns`` (3) most recent turns — produced by
+   invocations t−1, t−2, t−3 — are visited newest first and kept while
+   their full messages total at most ``recent_share`` (60%) of B and the
+   assembled history fits B; one that does not fit is skipped, the next is
+   tried;
+3. every other result (including recent ones step 2 skipped) is ranked by
+   cosine similarity between its stored embedding (spec §2) and the
+   retrieval input — the latest user message plus the latest rendered
+   assistant message (text and tool calls) — highest first, ties to the
+   older result, and added while it fits B (skip and continue).
+
+The policy is stateless: nothing is deleted, so a result omitted now can be
+retrieved at any later invocation. When the full history fits B it is returned
+unchanged and nothing is embedded; result embeddings are computed once and
+stored in the graph, the retrieval input is embedded at every budgeted render
+(both counted in ``usage.embedding``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from contextrender.embed import make_embedder
+from contextrender.events import Usage
+from contextrender.graph import Session
+from contextrender.render import Rendered, Scope, fit_verbatim
+
+from ._common import fill, finish, full_history, selection_bodies, trim_candidates
+
+
+class SemanticRetrieval:
+    """Recency quota (60% of B over the last 3 turns), then cosine ranking."""
+
+    budgeted = True
+
+    def __init__(self, *, embedder: Any = None, recent_turns: int = 3, recent_share: float = 0.6,
+                 name: str = "semantic_retrieval") -> None:
+        self.name = name
+        self._embedder = embedder
+        self.recent_turns = recent_turns
+        self.recent_share = recent_share
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            self._embedder = make_embedder("local")
+        return self._embedder
+
+    def render(self, session: Session, budget: int) -> Rendered:
+        scope = Scope.of(session)
+        if scope.full_tokens(session) <= budget:
+            return full_history(self.name, session, scope, budget)
+        trim = fit_verbatim(session, scope, budget)
+        cands = trim_candidates(session, trim)
+        usage = Usage()
+
+        # Step 2: the recent turns, newest first, within recent_share·B.
+        t = session.next_invocation
+        recent = [s for s in reversed(cands) if t - session.result(s).invocation <= self.recent_turns]
+        quota = int(self.recent_share * budget)
+        chosen: list[int] = []
+        spent, current = 0, trim.base_tokens
+        for s in recent:
+            r = session.result(s)
+            ntok, d = r.ntok, r.ntok - r.marker_ntok
+            if spent + ntok <= quota and current + d <= budget:
+                chosen.append(s)
+                spent += ntok
+                current += d
+
+        # Step 3: the rest by cosine similarity to the retrieval input.
+        taken = set(chosen)
+        rest = [s for s in cands if s not in taken]
+        if rest:
+            sims, u = self.similarities(session, scope, set(trim.kept), rest)
+            usage += u
+            # Stable sort on −similarity: ties keep transcript order (older first).
+            ranked = [rest[i] for i in np.argsort(-sims, kind="stable")]
+            chosen, current = fill(session, ranked, current, budget, chosen)
+
+        bodies = selection_bodies(session, trim, chosen)
+        return finish(self.name, session, scope, budget, trim.kept, visible=chosen, usage=usage, bodies=bodies)
+
+    def retrieval_input(self, session: Session, scope: Scope, kept: set[int]) -> str:
+        """Latest user message + latest rendered assistant message (spec §6)."""
+        msgs = session.messages
+        parts = []
+        if scope.current is not None:
+            parts.append(msgs[scope.current].text())
+        last_asst = next((s for s in sorted(kept, reverse=True) if msgs[s].role == "assistant"), None)
+        if last_asst is not None:
+            parts.append(msgs[last_asst].text())
+        return "\n".join(parts)
+
+    def similarities(self, session: Session, scope: Scope, kept: set[int],
+                     seqs: list[int]) -> tuple[np.ndarray, Usage]:
+        """cos(emb(r), emb(retrieval input)) for ``seqs`` (embeddings are unit vectors)."""
+        embs, usage = session.result_embeddings(self.embedder, seqs)
+        text = self.retrieval_input(session, scope, kept)
+        if not text:
+            return np.zeros(len(seqs)), usage
+        q, u = self.embedder.embed_query(text)
+        return embs.astype(np.float64) @ np.asarray(q, dtype=np.float64), usage + u

@@ -1,0 +1,98 @@
+"""The single token counter (spec §1) and the embedding backends (spec §4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tiktoken
+
+from contextrender import CachedEmbedder, HashingEmbedder, TokenCounter
+from contextrender.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, encoding_name_for
+
+O200K = tiktoken.get_encoding("o200k_base")
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1", "openai/gpt-4.1", "muse-glimmer:30b-q8_0", "no-such-model-xyz", None, ""])
+def test_o200k_for_gpt41_and_unknown_models(model):
+    assert encoding_name_for(model) == "o200k_base"
+    assert TokenCounter.for_model(model).encoding_name == "o200k_base"
+
+
+def test_text_count_is_tiktoken_o200k():
+    text = "Send the rent reminder to troy_solo@gmail.com — 日本語 ✓"
+    assert TokenCounter().text(text) == len(O200K.encode(text)) > 0
+    assert TokenCounter().text("") == 0
+    assert TokenCounter().text("<|endoftext|>") == len(O200K.encode("<|endoftext|>", disallowed_special=()))
+
+
+def test_message_count_is_overhead_plus_content_plus_tool_calls():
+    c = TokenCounter()
+    msg = {"role": "assistant", "content": "Let me search.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "search_contacts", "arguments": '{"relationship": "roommate"}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "send_email", "arguments": '{"to": "troy_solo@gmail.com"}'}},
+    ]}
+    n = lambda s: len(O200K.encode(s))  # noqa: E731
+    expected = (4 + n("Let me search.")
+                + 3 + n("search_contacts") + n('{"relationship": "roommate"}')
+                + 3 + n("send_email") + n('{"to": "troy_solo@gmail.com"}'))
+    assert (MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD) == (4, 3)
+    assert c.message(msg) == expected
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "found 3 contacts"}
+    assert c.message(tool) == 4 + n("found 3 contacts") == c.tool_result("found 3 contacts")
+    assert c.messages([msg, tool]) == expected + c.message(tool)
+    assert c.message({"role": "user", "content": ""}) == 4
+
+
+def test_truncate_respects_the_token_cap():
+    c = TokenCounter()
+    text = "alpha beta gamma " * 100
+    for k in (0, 1, 7, 50):
+        out = c.truncate(text, k)
+        assert c.text(out) <= k and text.startswith(out)
+    assert c.truncate("short", 100) == "short"
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+# ---------------------------------------------------------------------------------------------
+
+
+def test_local_embedder_unit_384d_and_semantic(local_embedder):
+    texts = ["The cat sat on the mat.", "A kitten is sitting on a rug.",
+             "Quarterly corporate tax filing deadlines and penalties."]
+    vecs, usage = local_embedder.embed_documents(texts)
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    sim = vecs @ vecs.T
+    assert sim[0, 1] > sim[0, 2] + 0.2 and sim[0, 1] > sim[1, 2] + 0.2
+    assert usage.embedding == sum(len(tiktoken.get_encoding("cl100k_base").encode(t)) for t in texts)
+    q, _ = local_embedder.embed_query("a small cat resting on a carpet")
+    assert q.shape == (384,) and float(q @ vecs[0]) > float(q @ vecs[2])
+
+
+def test_hashing_embedder_unit_vectors():
+    vecs, _ = HashingEmbedder(dim=64).embed_documents(["abc def", "", "abc def"])
+    assert vecs.shape == (3, 64)
+    assert np.linalg.norm(vecs[0]) == pytest.approx(1.0, abs=1e-6)
+    assert np.array_equal(vecs[0], vecs[2]) and not vecs[1].any()
+
+
+def test_cached_embedder_hits_cache_and_reports_same_logical_usage(tmp_path):
+    inner = HashingEmbedder(dim=128)
+    calls = []
+    orig = inner._embed
+    inner._embed = lambda texts: (calls.append(list(texts)), orig(texts))[1]
+    cached = CachedEmbedder(inner, tmp_path / "emb.sqlite")
+    texts = ["first text about invoices", "second text about weather"]
+    v1, u1 = cached.embed_documents(texts)
+    assert (cached.hits, cached.misses) == (0, 2) and len(calls) == 1
+    v2, u2 = cached.embed_documents(texts)
+    assert (cached.hits, cached.misses) == (2, 2) and len(calls) == 1  # no new model call
+    assert np.array_equal(v1, v2) and u1 == u2 and u1.embedding > 0
+    ref, ref_usage = HashingEmbedder(dim=128).embed_documents(texts)
+    assert np.allclose(v1, ref) and ref_usage == u1
+    # A new wrapper on the same file hits the persisted cache.
+    again = CachedEmbedder(inner, tmp_path / "emb.sqlite")
+    v3, u3 = again.embed_query(texts[0])
+    assert (again.hits, again.misses) == (1, 0) and len(calls) == 1 and np.array_equal(v3, v1[0])
+    assert u3 == HashingEmbedder(dim=128).embed_query(texts[0])[1]
