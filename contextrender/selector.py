@@ -191,10 +191,11 @@ class ContextRender:
         first_user = next((m for m in msgs if m.role == "user"), None)
         if first_user is None:
             return np.zeros(self.embedder.dim), usage
-        task = self._task_emb.get(session.id)
+        x = first_user.content[: self.params.task_chars]
+        task = self._task_emb.get(x)  # keyed by the text itself: sessions in other graphs may share ids
         if task is None:  # x never changes within a session: embedded once
-            task, usage = self.embedder.embed_query(first_user.content[: self.params.task_chars])
-            self._task_emb[session.id] = task
+            task, usage = self.embedder.embed_query(x)
+            self._task_emb[x] = task
         parts = []
         if scope.current is not None:
             parts.append(msgs[scope.current].text())

@@ -58,12 +58,12 @@ def _scored_session():
     t.call("read_ledger", {"id": "ledger_55", "customer": "acme_corp_7"}, "invoice total 4200 for acme_corp_7 " + filler("y", 80))
     t.call("weather", {}, filler("sunny_day", 80))
     t.call("note", {"customer": "acme_corp_7"}, filler("note_text_1", 80))
-    return t.into(), result_seq, a
+    return t.into(), a
 
 
 @pytest.mark.parametrize("weights", [(1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, 0.0)])
 def test_selector_usefulness_equals_formula_for_each_weighting(weights, hashing_embedder):
-    s, _, a = _scored_session()
+    s, a = _scored_session()
     full = ContextRender(embedder=hashing_embedder).select(s, 300)
     assert not full.shortcut
     by_seq = {r.seq: r for r in full.scores}

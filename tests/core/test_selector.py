@@ -369,4 +369,6 @@ def test_render_is_independent_of_sessions_rendered_before(tmp_path, hashing_emb
     after = shared.select(s2, 400)
     fresh = ContextRender(embedder=hashing_embedder).select(s2, 400)
     assert [r.relevance for r in after.scores] == [r.relevance for r in fresh.scores]
-    assert after.rendered == fresh.rendered
+    # Usage legitimately differs: the first render stored s2's result embeddings in the graph.
+    assert (after.rendered.messages, after.rendered.tokens, after.rendered.visible) == (
+        fresh.rendered.messages, fresh.rendered.tokens, fresh.rendered.visible)

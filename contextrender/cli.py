@@ -1,0 +1,131 @@
+"""``contextrender`` command line: run the server or the proxy, export a session.
+
+    contextrender serve  --port 8765 [--graph PATH] [--method NAME] [--budget N] [--embedding local|hashing|litellm]
+    contextrender proxy  --upstream URL --budget N --method NAME --port 8766 [--graph PATH] [--override KEY=VALUE]
+    contextrender export SESSION [--graph PATH] [--out FILE]
+
+Both servers bind 127.0.0.1 unless ``--host`` says otherwise; they have no
+authentication of their own. The graph defaults to ``$CONTEXTRENDER_GRAPH`` or
+``contextrender.sqlite`` in the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_GRAPH = "contextrender.sqlite"
+
+
+def _graph_default() -> str:
+    return os.environ.get("CONTEXTRENDER_GRAPH", DEFAULT_GRAPH)
+
+
+def _override(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw  # a bare string
+    return key, value
+
+
+def _common(p: argparse.ArgumentParser, port: int) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--graph", default=None, help="context-graph SQLite file (default $CONTEXTRENDER_GRAPH or "
+                                                 f"./{DEFAULT_GRAPH})")
+    p.add_argument("--method", default="contextrender", help="default policy: any conf/method/<name>.yaml")
+    p.add_argument("--budget", type=int, default=6000, help="default history budget B in tokens")
+    p.add_argument("--embedding", default="local", choices=["local", "litellm", "hashing"])
+    p.add_argument("--compactor", default="extractive", choices=["extractive", "llm"],
+                   help="oversized-result fallback (spec §5 step 5)")
+    p.add_argument("--max-body-mb", type=float, default=20.0, help="request body limit (413 above)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contextrender", description="ContextRender as a service (spec §9).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the ContextRender server (session API)")
+    _common(s, 8765)
+
+    p = sub.add_parser("proxy", help="run the OpenAI-compatible proxy")
+    _common(p, 8766)
+    p.add_argument("--upstream", required=True, help="upstream OpenAI base URL, e.g. https://api.openai.com/v1")
+    p.add_argument("--override", type=_override, action="append", default=[], metavar="KEY=VALUE",
+                   help="method config override (dotted key, JSON value), repeatable")
+    p.add_argument("--api-key-env", default="CONTEXTRENDER_UPSTREAM_API_KEY",
+                   help="env var holding the upstream key, sent when the client sends no Authorization")
+    p.add_argument("--force-upstream-key", action="store_true",
+                   help="send the env key even when the client sent its own Authorization")
+    p.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout in seconds")
+
+    e = sub.add_parser("export", help="write a session as a replay-trace line (experiments/traces.py format)")
+    e.add_argument("session")
+    e.add_argument("--graph", default=None)
+    e.add_argument("--out", default=None, help="append the line to FILE (default: stdout)")
+    return parser
+
+
+def _serve(app: Any, args: argparse.Namespace) -> None:
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .graph import ContextGraph
+
+    path = args.graph or _graph_default()
+    if not Path(path).is_file():
+        print(f"contextrender export: no graph file {path}", file=sys.stderr)
+        return 2
+    with ContextGraph(path) as graph:
+        if args.session not in graph.session_ids():
+            print(f"contextrender export: no session {args.session!r} in {path}", file=sys.stderr)
+            return 2
+        session = graph.session(args.session)
+        line = json.dumps({"task_id": args.session, "messages": session.openai_messages()}, ensure_ascii=False)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    else:
+        sys.stdout.write(line + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "export":
+        return _export(args)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    max_body = int(args.max_body_mb * 1024 * 1024)
+    graph = args.graph or _graph_default()
+    if args.command == "serve":
+        from .server import create_app
+
+        app = create_app(graph, args.method, args.budget, args.embedding, compactor=args.compactor,
+                         max_body_bytes=max_body)
+    else:
+        from .proxy import create_proxy_app
+
+        app = create_proxy_app(args.upstream, graph, budget=args.budget, method=args.method,
+                               overrides=dict(args.override) or None, embedding=args.embedding,
+                               compactor=args.compactor, api_key_env=args.api_key_env,
+                               force_env_key=args.force_upstream_key, max_body_bytes=max_body, timeout=args.timeout)
+    _serve(app, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

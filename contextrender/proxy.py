@@ -1,0 +1,403 @@
+"""An OpenAI-compatible proxy that renders ``messages`` before forwarding (spec §9).
+
+    contextrender proxy --upstream https://api.openai.com/v1 --budget 6000 --method contextrender --port 8766
+
+Point any OpenAI-compatible client at ``http://127.0.0.1:8766/v1``. For each
+``POST /v1/chat/completions``:
+
+1. session: the ``X-ContextRender-Session`` header, else a key derived from
+   the system prompt and the first user message (:func:`derive_session_key`);
+2. the request's ``messages`` (the client's full history) are synced into the
+   graph; if they contradict what is stored (the client edited its past, or
+   two runs share a key), the history continues in a fork ``key~N`` — logged,
+   never a 500;
+3. ``messages`` is replaced by the history rendered under B. Kept messages are
+   forwarded as the client sent them (images, extra fields intact); only an
+   omitted result's body (its marker) or a clipped task message changes;
+4. everything else in the body (tools, tool_choice, stream, stream_options,
+   temperature, …) goes upstream unchanged, with the client's Authorization
+   header or, if it sent none, ``Bearer $CONTEXTRENDER_UPSTREAM_API_KEY``;
+5. the answer is recorded: non-streaming, the assistant message; streaming,
+   SSE chunks are relayed unchanged as they arrive while content and
+   tool-call fragments (by index) are assembled, and the assembled assistant
+   message is added to the graph *before* the final ``[DONE]`` is relayed, so
+   the client's next request — which carries that message — syncs cleanly.
+
+Upstream errors come back with their status and body. Bodies above the limit
+(20 MB by default) get 413; malformed JSON or bodies get 400. Requests of one
+session are serialised; sessions run concurrently. Keys are never logged or
+stored: the graph holds messages only. Response headers
+``X-ContextRender-Session`` / ``-Tokens`` / ``-Budget`` say what was done;
+``X-ContextRender-Budget`` and ``X-ContextRender-Method`` request headers
+override the defaults per request. The session API of server.py is mounted
+too (``/sessions/...``), so recorded sessions can be inspected and exported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from .adapters._common import derive_session_key, valid_session_id
+from .events import Message, MessageError
+from .server import (
+    DEFAULT_MAX_BODY,
+    BodyLimitMiddleware,
+    ContextService,
+    ServiceError,
+    _error_body,
+    install_error_handlers,
+    session_router,
+)
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "CONTEXTRENDER_UPSTREAM_API_KEY"
+SESSION_HEADER = "x-contextrender-session"
+BUDGET_HEADER = "x-contextrender-budget"
+METHOD_HEADER = "x-contextrender-method"
+
+# Request headers not forwarded upstream (hop-by-hop, recomputed, or ours).
+_DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                 "te", "trailer", "transfer-encoding", "upgrade", "accept-encoding", "cookie"}
+# Response headers not relayed (httpx decodes the body, so length/encoding change).
+_DROP_RESPONSE = {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"}
+
+
+def _oai_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(_error_body(status, message), status, headers=headers)
+
+
+class StreamAssembler:
+    """Rebuilds choice 0's assistant message from OpenAI SSE chunks.
+
+    Content deltas are concatenated; tool-call fragments are merged by their
+    ``index`` (id and name from the first fragment that has them, argument
+    strings concatenated in arrival order).
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._data: list[str] = []
+        self._content: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.done = False  # saw ``data: [DONE]``
+        self.bad_events = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+        while True:
+            i = self._buf.find(b"\n")
+            if i < 0:
+                return
+            line, self._buf = self._buf[:i].rstrip(b"\r"), self._buf[i + 1:]
+            self._line(line.decode("utf-8", "replace"))
+
+    def close(self) -> None:
+        if self._buf:
+            self._line(self._buf.rstrip(b"\r").decode("utf-8", "replace"))
+            self._buf = b""
+        self._dispatch()
+
+    def _line(self, line: str) -> None:
+        if not line:
+            self._dispatch()
+            return
+        if line.startswith(":"):
+            return  # SSE comment / keep-alive
+        field, _, value = line.partition(":")
+        if field == "data":
+            self._data.append(value[1:] if value.startswith(" ") else value)
+
+    def _dispatch(self) -> None:
+        if not self._data:
+            return
+        data, self._data = "\n".join(self._data), []
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError:
+            self.bad_events += 1
+            return
+        for choice in (obj.get("choices") or []) if isinstance(obj, dict) else []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self._content.append(delta["content"])
+            for frag in delta.get("tool_calls") or []:
+                if not isinstance(frag, dict):
+                    continue
+                cur = self._calls.setdefault(int(frag.get("index", 0)), {"id": None, "name": "", "arguments": ""})
+                if frag.get("id") and not cur["id"]:
+                    cur["id"] = frag["id"]
+                fn = frag.get("function") or {}
+                name = fn.get("name")
+                if name and name != cur["name"]:
+                    # Some servers split the name across fragments; most send it whole, once.
+                    cur["name"] = name if not cur["name"] else cur["name"] + name
+                if isinstance(fn.get("arguments"), str):
+                    cur["arguments"] += fn["arguments"]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self.finish_reason is not None
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) or None}
+        if self._calls:
+            msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                                  "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                 for _, c in sorted(self._calls.items())]
+        return msg
+
+
+class _RelayResponse(StreamingResponse):
+    """A streaming response that always runs ``on_close`` (release the session, close upstream),
+    even if the client goes away before the body starts."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+def _forward_messages(original: list[Any], rendered: dict[str, Any]) -> list[Any]:
+    """The rendered history in the client's own message dicts; only changed bodies are replaced.
+
+    After a sync, stored seq i is the client's message i, so ``layout`` indexes
+    ``original`` directly.
+    """
+    out: list[Any] = []
+    for msg, seq in zip(rendered["messages"], rendered["layout"]):
+        if seq is None:
+            out.append(msg)
+            continue
+        orig = original[seq]
+        body = msg.get("content") or ""
+        if Message.from_openai(orig).content == body:
+            out.append(orig)
+        else:
+            out.append({**orig, "content": msg.get("content")})
+    return out
+
+
+def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int = 6000,
+                     method: str = "contextrender", overrides: dict[str, Any] | None = None,
+                     embedding: str = "local", compactor: Any = "extractive", api_key_env: str = API_KEY_ENV,
+                     force_env_key: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY, timeout: float = 600.0,
+                     connect_timeout: float = 10.0, service: ContextService | None = None,
+                     session_api: bool = True) -> FastAPI:
+    """The proxy app. ``upstream`` is the provider's OpenAI base URL, e.g. ``https://api.openai.com/v1``.
+
+    ``force_env_key``: send the env key even when the client sent its own
+    Authorization (for SDKs that insist on a placeholder key).
+    """
+    base = upstream.rstrip("/")
+    owned = service is None
+    svc = service or ContextService(graph_path, default_method=method, default_budget=budget,
+                                    embedding=embedding, compactor=compactor)
+    svc.policy(method, overrides)  # fail at start-up on a bad method or override
+    env_key = os.environ.get(api_key_env) or None
+    state: dict[str, Any] = {}
+    key_locks: dict[str, asyncio.Lock] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        state["client"] = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=connect_timeout))
+        try:
+            yield
+        finally:
+            await state["client"].aclose()
+            if owned:
+                svc.close()
+
+    app = FastAPI(title="ContextRender proxy", version="0.1.0", lifespan=lifespan)
+    app.state.service = svc
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    install_error_handlers(app)
+    if session_api:
+        app.include_router(session_router(svc))
+
+    def upstream_headers(request: Request) -> dict[str, str]:
+        h = {k: v for k, v in request.headers.items()
+             if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-contextrender-")}
+        has_auth = any(k.lower() == "authorization" for k in h)
+        if env_key and (force_env_key or not has_auth):
+            h = {k: v for k, v in h.items() if k.lower() != "authorization"}
+            h["authorization"] = f"Bearer {env_key}"
+        return h
+
+    def relay_headers(resp: httpx.Response, extra: dict[str, str]) -> dict[str, str]:
+        h = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
+        h.update(extra)
+        return h
+
+    def unreachable(exc: Exception) -> JSONResponse:
+        # The exception text may carry the URL (and any credentials in it): name the type only.
+        if isinstance(exc, httpx.TimeoutException):
+            return _oai_error(504, f"upstream timed out ({type(exc).__name__})")
+        return _oai_error(502, f"upstream unreachable ({type(exc).__name__})")
+
+    def record(sid: str, message: Any) -> None:
+        try:
+            svc.append(sid, [message])
+        except (ServiceError, MessageError) as e:
+            # The next request carries the message anyway; sync adds it then.
+            log.warning("session %s: response not recorded: %s", sid, getattr(e, "message", e))
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return _oai_error(400, f"request body is not valid JSON: {e}")
+        if not isinstance(body, dict):
+            return _oai_error(400, "request body must be a JSON object")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _oai_error(400, "'messages' must be a non-empty list of chat messages")
+        key = request.headers.get(SESSION_HEADER)
+        if key is not None and not valid_session_id(key):
+            return _oai_error(400, f"invalid {SESSION_HEADER} header: 1-200 characters from [A-Za-z0-9._:~@+=-]")
+        if key is None:
+            try:
+                key = derive_session_key(messages)
+            except Exception:  # noqa: BLE001 - malformed entries are reported by the sync below
+                key = derive_session_key([])
+        b = budget
+        if request.headers.get(BUDGET_HEADER):
+            try:
+                b = int(request.headers[BUDGET_HEADER])
+            except ValueError:
+                return _oai_error(400, f"{BUDGET_HEADER} must be an integer")
+        m = request.headers.get(METHOD_HEADER) or method
+        ov = overrides if m == method else None
+
+        lock = key_locks.setdefault(key, asyncio.Lock())
+        await lock.acquire()
+        handed_off = False
+        try:
+            t0 = time.perf_counter()
+            try:
+                res = await run_in_threadpool(svc.render, key, messages=messages, budget=b, method=m, overrides=ov,
+                                              on_conflict="fork")
+            except ServiceError as e:
+                return _oai_error(400 if e.status == 422 else e.status, e.message)
+            sid = res["session"]
+            fwd = dict(body)
+            fwd["messages"] = _forward_messages(messages, res)
+            extra = {"x-contextrender-session": sid, "x-contextrender-tokens": str(res["tokens"]),
+                     "x-contextrender-budget": str(b)}
+            log.info("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s) in %.1f ms%s", sid,
+                     res["stored"], res["added"], res["tokens"], b, res["method"], 1e3 * (time.perf_counter() - t0),
+                     " [forked]" if res["forked"] else "")
+            payload = json.dumps(fwd, ensure_ascii=False).encode()
+            headers = upstream_headers(request)
+            headers["content-type"] = "application/json"
+            client: httpx.AsyncClient = state["client"]
+            url = f"{base}/chat/completions"
+
+            if not body.get("stream"):
+                try:
+                    up = await client.post(url, content=payload, headers=headers)
+                except httpx.HTTPError as e:
+                    return unreachable(e)
+                if up.status_code < 400:
+                    try:
+                        data = up.json()
+                        msg = dict(data["choices"][0]["message"])
+                        msg.setdefault("role", "assistant")
+                        await run_in_threadpool(record, sid, msg)
+                    except (ValueError, KeyError, IndexError, TypeError) as e:
+                        log.warning("session %s: upstream answer has no choices[0].message (%s); not recorded",
+                                    sid, type(e).__name__)
+                return Response(up.content, status_code=up.status_code, headers=relay_headers(up, extra))
+
+            try:
+                up = await client.send(client.build_request("POST", url, content=payload, headers=headers),
+                                       stream=True)
+            except httpx.HTTPError as e:
+                return unreachable(e)
+            if up.status_code >= 400:
+                data = await up.aread()
+                await up.aclose()
+                return Response(data, status_code=up.status_code, headers=relay_headers(up, extra))
+
+            async def relay() -> AsyncIterator[bytes]:
+                asm = StreamAssembler()
+                recorded = False
+                async for chunk in up.aiter_bytes():
+                    asm.feed(chunk)
+                    if asm.done and not recorded:
+                        # Record before the client sees [DONE]: its next request carries this message.
+                        await run_in_threadpool(record, sid, asm.message())
+                        recorded = True
+                    yield chunk
+                asm.close()
+                if not recorded:
+                    if asm.complete:
+                        await run_in_threadpool(record, sid, asm.message())
+                    else:
+                        log.warning("session %s: upstream stream ended without finish_reason; not recorded", sid)
+
+            closed = False
+
+            async def on_close() -> None:
+                nonlocal closed
+                if not closed:
+                    closed = True
+                    await up.aclose()
+                    lock.release()
+
+            handed_off = True
+            return _RelayResponse(relay(), on_close, status_code=up.status_code, headers=relay_headers(up, extra))
+        finally:
+            if not handed_off:
+                lock.release()
+
+    @app.get("/v1/models", response_model=None)
+    async def models(request: Request) -> Response:
+        try:
+            up = await state["client"].get(f"{base}/models", headers=upstream_headers(request))
+        except httpx.HTTPError as e:
+            return unreachable(e)
+        return Response(up.content, status_code=up.status_code, headers=relay_headers(up, {}))
+
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], response_model=None)
+    async def passthrough(path: str, request: Request) -> Response:
+        """Other OpenAI endpoints (embeddings, …) go upstream untouched."""
+        headers = upstream_headers(request)
+        try:
+            up = await state["client"].request(request.method, f"{base}/{path}", params=request.query_params,
+                                               content=await request.body(), headers=headers)
+        except httpx.HTTPError as e:
+            return unreachable(e)
+        return Response(up.content, status_code=up.status_code, headers=relay_headers(up, {}))
+
+    return app
+
+
+__all__ = ["API_KEY_ENV", "SESSION_HEADER", "StreamAssembler", "create_proxy_app"]

@@ -1,0 +1,632 @@
+"""ContextRender as a separate server (spec §9, paper §3.4 and §D).
+
+An agent runtime keeps its own, untrimmed history; before each model call an
+adapter sends the new messages (or the whole list) and gets back the history
+rendered under the budget B. The graph (one SQLite file, many sessions) is
+the only store; every render is a view.
+
+    contextrender serve --port 8765 --graph run.sqlite
+
+Endpoints (JSON; errors are ``{"detail": "..."}`` with a 4xx status):
+
+=======  ===============================  =============================================
+PUT/POST ``/sessions/{id}``               create or resume (``{"meta": {}, "encoding"}``)
+GET      ``/sessions``, ``/sessions/{id}`` list sessions, one session's counts
+POST     ``/sessions/{id}/messages``       append a list of OpenAI messages, or
+                                           ``{"messages", "mode": "sync", "on_conflict"}``
+GET      ``/sessions/{id}/messages``       the stored transcript
+POST     ``/sessions/{id}/render``         ``{budget, method, overrides, messages?}`` →
+                                           ``{messages, tokens, visible, usage, layout, …}``
+GET      ``/sessions/{id}/scores``         ``?budget=&method=`` → one ResultScore row per result
+GET      ``/sessions/{id}/edges``          TFA reuse edges and c_t(r)
+GET      ``/sessions/{id}/export``         the session as a replay-trace line
+GET      ``/health``
+=======  ===============================  =============================================
+
+Sync semantics: a sync sends the agent's *full* list; stored messages must
+match it exactly (the graph is append-only, spec §2), the unseen tail is
+appended. A mismatch is 409, unless ``on_conflict: "fork"``: then the
+history continues in the variant ``id~N`` whose stored history is the
+longest prefix of the list, or in a new variant (logged) if none is. The
+OpenAI proxy (proxy.py) always forks, so a client that edits its past gets a
+fresh session instead of an error.
+
+``layout`` in a render gives, per rendered message, the seq of the stored
+message it renders (None for inserted messages such as summaries), so an
+adapter can return its agent's own message objects and change only bodies.
+
+Concurrency: one :class:`ContextService` per graph file. Every operation on a
+session holds that session's lock (the graph's own lock only guards the
+SQLite connection), forking decisions hold a per-key lock, and policies are
+built once per (method, overrides) and share one embedder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Any, Literal
+
+from fastapi import APIRouter, Body, FastAPI, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .adapters._common import align_layout, valid_session_id
+from .compaction import make_compactor
+from .config import build_policy, method_config
+from .embed import make_embedder
+from .events import Message, MessageError
+from .graph import ContextGraph, GraphError, Session
+from .render import BudgetExceeded, Scope
+from .tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+#: Default request-body limit (bytes) for the server and the proxy.
+DEFAULT_MAX_BODY = 20 * 1024 * 1024
+_METHOD_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+# -- errors --------------------------------------------------------------------
+
+
+class ServiceError(Exception):
+    """An error with an HTTP status and a message meant for the client."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ServiceError):
+    status = 422
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+class InternalError(ServiceError):
+    status = 500
+
+
+# -- the service core (no HTTP) -----------------------------------------------------
+
+
+class SerialEmbedder:
+    """The one embedder every policy and session shares, with calls serialised.
+
+    Hugging Face tokenizers are not re-entrant ("Already borrowed") and a
+    CPU model gains nothing from concurrent calls, so one lock is simplest.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.max_chars = getattr(inner, "max_chars", 8000)
+        self._lock = threading.Lock()
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        with self._lock:
+            return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> Any:
+        with self._lock:
+            return self.inner.embed_query(text)
+
+
+def _check_overrides(overrides: Any) -> dict[str, Any]:
+    """Dotted-key overrides of a method config; Hydra's special keys are refused.
+
+    ``_target_`` (and any ``_x_`` key) would let a client instantiate an
+    arbitrary class through the config: never accepted from a request.
+    """
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise BadRequest("'overrides' must be an object of dotted config keys, e.g. {\"weights.reuse\": 0}")
+
+    def check(path: str, value: Any) -> None:
+        for part in path.split("."):
+            if not part or part.startswith("_"):
+                raise BadRequest(f"override key {path!r} is not allowed (empty or underscore-prefixed part)")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                check(f"{path}.{k}", v)
+        elif isinstance(value, list):
+            for v in value:
+                if isinstance(v, dict):
+                    for k, x in v.items():
+                        check(f"{path}.{k}", x)
+
+    for key, value in overrides.items():
+        check(str(key), value)
+    return dict(overrides)
+
+
+def _parse(messages: Any, where: str = "messages") -> list[Message]:
+    if not isinstance(messages, list):
+        raise BadRequest(f"'{where}' must be a list of OpenAI chat messages")
+    try:
+        return [Message.from_openai(m, f"{where}[{i}]") for i, m in enumerate(messages)]
+    except MessageError as e:
+        raise BadRequest(str(e)) from None
+
+
+def _is_prefix(session: Session, parsed: Sequence[Message]) -> bool:
+    n = len(session)
+    return n <= len(parsed) and all(parsed[i] == session.message(i) for i in range(n))
+
+
+class ContextService:
+    """Sessions, policies and renders over one graph file; used by the server, the proxy
+    and :class:`~contextrender.adapters.http_client.InProcessClient`.
+
+    Every public method returns JSON-ready dicts (the HTTP bodies) and raises
+    :class:`ServiceError` subclasses carrying the status to answer with.
+    """
+
+    def __init__(self, graph_path: str = ":memory:", *, default_method: str = "contextrender",
+                 default_budget: int = 6000, embedding: str = "local", embedder: Any = None,
+                 compactor: Any = "extractive", max_variants: int = 64) -> None:
+        self.graph = ContextGraph(graph_path)
+        self.default_method = default_method
+        self.default_budget = int(default_budget)
+        self.embedder = SerialEmbedder(embedder if embedder is not None else make_embedder(embedding))
+        self.compactor = make_compactor(compactor) if isinstance(compactor, str) else compactor
+        self.max_variants = max_variants
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+        self._policies: dict[tuple[str, str], Any] = {}
+        self._policy_lock = threading.Lock()
+        self._known: set[str] = set(self.graph.session_ids())
+        self._variants: dict[str, list[str]] = {}
+        self.policy(default_method)  # fail at start-up, not at the first request
+
+    def close(self) -> None:
+        self.graph.close()
+
+    # -- locks, policies, sessions -------------------------------------------------
+
+    def _lock(self, name: str) -> threading.RLock:
+        with self._guard:
+            lock = self._locks.get(name)
+            if lock is None:
+                lock = self._locks[name] = threading.RLock()
+            return lock
+
+    def policy(self, method: str | None = None, overrides: dict[str, Any] | None = None) -> Any:
+        """The policy for (method, overrides), built once and cached."""
+        method = method or self.default_method
+        if not isinstance(method, str) or not _METHOD_RE.match(method):
+            raise BadRequest(f"invalid method name {method!r}")
+        ov = _check_overrides(overrides)
+        key = (method, json.dumps(ov, sort_keys=True, default=str))
+        with self._policy_lock:
+            pol = self._policies.get(key)
+            if pol is None:
+                try:
+                    cfg = method_config(method, ov)
+                except ValueError as e:  # unknown method: the message lists the known ones
+                    raise BadRequest(str(e)) from None
+                except Exception as e:  # noqa: BLE001 - malformed override values
+                    raise BadRequest(f"bad overrides for method {method!r}: {e}") from None
+                try:
+                    pol = build_policy(cfg, embedder=self.embedder, compactor=self.compactor)
+                except Exception as e:  # noqa: BLE001 - e.g. an unknown constructor argument
+                    raise BadRequest(f"cannot build method {method!r} with overrides {ov}: {e}") from None
+                self._policies[key] = pol
+            return pol
+
+    def _budget(self, budget: int | None) -> int:
+        b = self.default_budget if budget is None else budget
+        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+            raise BadRequest(f"budget must be a positive integer, got {budget!r}")
+        return b
+
+    def _register(self, sid: str) -> None:
+        with self._guard:
+            self._known.add(sid)
+            self._variants.pop(sid, None)
+            m = re.match(r"^(.*)~(\d+)$", sid)
+            if m:
+                self._variants.pop(m.group(1), None)
+
+    def exists(self, sid: str) -> bool:
+        with self._guard:
+            return sid in self._known
+
+    def open(self, sid: str, *, create: bool = True, meta: dict[str, Any] | None = None,
+             encoding: str | None = None) -> tuple[Session, bool]:
+        """The session ``sid`` and whether this call created it."""
+        if not isinstance(sid, str) or not valid_session_id(sid):
+            raise BadRequest(f"invalid session id {sid!r}: 1-200 characters from [A-Za-z0-9._:~@+=-]")
+        existed = self.exists(sid)
+        if not existed and not create:
+            raise NotFound(f"unknown session {sid!r}; create it with PUT /sessions/{sid}")
+        try:
+            counter = TokenCounter(encoding) if encoding else None
+        except ValueError as e:
+            raise BadRequest(f"unknown encoding {encoding!r}: {e}") from None
+        try:
+            session = self.graph.session(sid, counter=counter, meta=meta)
+        except GraphError as e:
+            raise Conflict(str(e)) from None
+        if not existed:
+            self._register(sid)
+        return session, not existed
+
+    def _variants_of(self, key: str) -> list[str]:
+        with self._guard:
+            v = self._variants.get(key)
+            if v is None:
+                pat = re.compile(re.escape(key) + r"~(\d+)$")
+                nums = sorted(int(m.group(1)) for s in self._known if (m := pat.match(s)))
+                v = ([key] if key in self._known else []) + [f"{key}~{n}" for n in nums]
+                self._variants[key] = v
+            return list(v)
+
+    # -- writes ----------------------------------------------------------------------
+
+    @staticmethod
+    def _sync_exact(session: Session, parsed: Sequence[Message]) -> int:
+        n = len(session)
+        if len(parsed) < n:
+            raise Conflict(f"session {session.id!r}: got {len(parsed)} messages, the graph holds {n}; "
+                           "sync takes the full history (use mode=append for new messages only)")
+        for i in range(n):
+            if parsed[i] != session.message(i):
+                raise Conflict(f"session {session.id!r}: message {i} differs from the stored one; the history "
+                               "is append-only (on_conflict=fork continues in a new session instead)")
+        for m in parsed[n:]:
+            session.add(m)
+        return len(parsed) - n
+
+    def _fork_target(self, key: str, parsed: Sequence[Message]) -> tuple[str, bool]:
+        """The variant of ``key`` to continue: the longest stored prefix of ``parsed``, else a new one.
+
+        Caller holds the key lock.
+        """
+        variants = self._variants_of(key)
+        best, best_len = None, -1
+        for sid in variants[-self.max_variants:]:
+            session, _ = self.open(sid)
+            with self._lock(sid):
+                if len(session) > best_len and _is_prefix(session, parsed):
+                    best, best_len = sid, len(session)
+        if best is not None:
+            return best, False
+        if not variants:
+            return key, False
+        nums = [int(s.rsplit("~", 1)[1]) for s in variants if s != key]
+        new = f"{key}~{max(nums, default=0) + 1}"
+        log.warning("session %s: history differs from every stored variant; continuing as %s", key, new)
+        return new, True
+
+    def _with_synced(self, sid: str, messages: Any, on_conflict: str, fn: Any) -> dict[str, Any]:
+        """Sync ``messages`` into ``sid`` (or its fork), then run ``fn(session)`` under the same lock."""
+        if on_conflict not in ("error", "fork"):
+            raise BadRequest(f"on_conflict must be 'error' or 'fork', got {on_conflict!r}")
+        parsed = _parse(messages)
+        if not valid_session_id(sid):
+            raise BadRequest(f"invalid session id {sid!r}: 1-200 characters from [A-Za-z0-9._:~@+=-]")
+        if on_conflict == "error":
+            session, created = self.open(sid)
+            with self._lock(sid):
+                added = self._sync_exact(session, parsed)
+                out = fn(session)
+            out.update(session=sid, created=created, added=added, forked=False)
+            return out
+        with self._lock("\0key:" + sid):
+            target, forked = self._fork_target(sid, parsed)
+            session, created = self.open(target)
+            with self._lock(target):
+                added = self._sync_exact(session, parsed)
+                out = fn(session)
+        out.update(session=target, created=created, added=added, forked=forked)
+        return out
+
+    def create(self, sid: str, meta: dict[str, Any] | None = None, encoding: str | None = None) -> dict[str, Any]:
+        session, created = self.open(sid, meta=meta, encoding=encoding)
+        with self._lock(sid):
+            return {**self._info(session), "created": created}
+
+    def append(self, sid: str, messages: Any) -> dict[str, Any]:
+        """Append messages (validated first, so a bad one adds none)."""
+        parsed = _parse(messages)
+        session, created = self.open(sid)
+        with self._lock(sid):
+            seqs = [session.add(m) for m in parsed]
+            return {"session": sid, "created": created, "added": len(seqs), "seqs": seqs, "forked": False,
+                    "messages": len(session)}
+
+    def sync(self, sid: str, messages: Any, on_conflict: str = "error") -> dict[str, Any]:
+        return self._with_synced(sid, messages, on_conflict, lambda s: {"messages": len(s)})
+
+    # -- reads -----------------------------------------------------------------------
+
+    @staticmethod
+    def _info(session: Session) -> dict[str, Any]:
+        return {"id": session.id, "messages": len(session), "results": len(session.results),
+                "next_invocation": session.next_invocation,
+                "full_tokens": Scope.of(session).full_tokens(session)}
+
+    def sessions(self) -> list[str]:
+        with self._guard:
+            return sorted(self._known)
+
+    def info(self, sid: str) -> dict[str, Any]:
+        session, _ = self.open(sid, create=False)
+        with self._lock(sid):
+            return self._info(session)
+
+    def transcript(self, sid: str) -> dict[str, Any]:
+        session, _ = self.open(sid, create=False)
+        with self._lock(sid):
+            return {"session": sid, "messages": session.openai_messages()}
+
+    def _render(self, session: Session, policy: Any, budget: int) -> dict[str, Any]:
+        try:
+            if callable(getattr(policy, "select", None)):
+                sel = policy.select(session, budget)
+                rendered, shortcut = sel.rendered, sel.shortcut
+            else:
+                rendered, shortcut = policy.render(session, budget), None
+        except BudgetExceeded as e:  # a policy bug, never a client error
+            raise InternalError(f"render failed the budget check: {e}") from None
+        msgs = [dict(m) for m in rendered.messages]
+        return {"messages": msgs, "layout": align_layout(session.messages, msgs), "tokens": rendered.tokens,
+                "budget": budget, "method": getattr(policy, "name", None), "visible": sorted(rendered.visible),
+                "usage": rendered.usage.to_dict(), "shortcut": shortcut,
+                "full_tokens": Scope.of(session).full_tokens(session), "stored": len(session),
+                "next_invocation": session.next_invocation}
+
+    def render(self, sid: str, *, messages: Any = None, budget: int | None = None, method: str | None = None,
+               overrides: dict[str, Any] | None = None, on_conflict: str = "error") -> dict[str, Any]:
+        """Render ``sid`` under ``budget``; with ``messages``, sync them first (same lock)."""
+        policy = self.policy(method, overrides)
+        b = self._budget(budget)
+        if messages is None:
+            session, _ = self.open(sid, create=False)
+            with self._lock(sid):
+                out = self._render(session, policy, b)
+            out.update(session=sid, created=False, added=0, forked=False)
+            return out
+        return self._with_synced(sid, messages, on_conflict, lambda s: self._render(s, policy, b))
+
+    def scores(self, sid: str, *, budget: int | None = None, method: str | None = None,
+               overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Per-result scores (ResultScore rows) behind a ContextRender-family render."""
+        policy = self.policy(method, overrides)
+        if not callable(getattr(policy, "select", None)):
+            raise BadRequest(f"method {method or self.default_method!r} has no per-result scores; "
+                             "scores exist for ContextRender-family methods")
+        b = self._budget(budget)
+        session, _ = self.open(sid, create=False)
+        with self._lock(sid):
+            try:
+                sel = policy.select(session, b)
+            except BudgetExceeded as e:
+                raise InternalError(f"render failed the budget check: {e}") from None
+            return {"session": sid, "method": getattr(policy, "name", None), "budget": b,
+                    "shortcut": sel.shortcut, "tokens": sel.rendered.tokens,
+                    "next_invocation": session.next_invocation, "scores": [asdict(r) for r in sel.scores]}
+
+    def edges(self, sid: str) -> dict[str, Any]:
+        session, _ = self.open(sid, create=False)
+        with self._lock(sid):
+            edges = [{"source": e.source, "op_seq": e.op_seq, "part": e.part, "value": e.value}
+                     for e in session.reuse_edges()]
+            reuse = {str(k): v for k, v in sorted(session.flow.reuse_scores().items())}
+            return {"session": sid, "edges": edges, "reuse": reuse}
+
+    def export(self, sid: str) -> dict[str, Any]:
+        """The session as one replay-trace episode ``{"task_id", "messages"}`` (experiments/traces.py)."""
+        session, _ = self.open(sid, create=False)
+        with self._lock(sid):
+            return {"task_id": sid, "messages": session.openai_messages()}
+
+
+# -- HTTP ------------------------------------------------------------------------------
+
+
+class _TooLarge(StarletteHTTPException):
+    """Raised from the body stream; an HTTPException so FastAPI's body parsing re-raises it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds the {limit}-byte limit")
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    # ``detail`` for this API's clients, ``error`` for OpenAI-compatible ones.
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"detail": message, "error": {"message": message, "type": kind, "code": status}}
+
+
+class BodyLimitMiddleware:
+    """413 for bodies above ``max_bytes``: declared (Content-Length) or streamed (chunked)."""
+
+    def __init__(self, app: Any, max_bytes: int = DEFAULT_MAX_BODY) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.max_bytes
+            except ValueError:
+                await JSONResponse(_error_body(400, "invalid Content-Length header"), 400)(scope, receive, send)
+                return
+            if too_big:
+                await JSONResponse(_error_body(413, f"request body exceeds the {self.max_bytes}-byte limit"),
+                                   413)(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge(self.max_bytes)
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(_error_body(exc.status, exc.message), exc.status)
+
+    @app.exception_handler(_TooLarge)
+    async def _too_large(request: Request, exc: _TooLarge) -> JSONResponse:
+        return JSONResponse(_error_body(413, str(exc.detail)), 413)
+
+
+class SessionBody(BaseModel):
+    meta: dict[str, Any] = Field(default_factory=dict)
+    encoding: str | None = None
+
+
+class MessagesBody(BaseModel):
+    messages: list[Any]
+    mode: Literal["append", "sync"] = "append"
+    on_conflict: Literal["error", "fork"] = "error"
+
+
+class RenderBody(BaseModel):
+    budget: int | None = Field(default=None, gt=0)
+    method: str | None = None
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    messages: list[Any] | None = None
+    on_conflict: Literal["error", "fork"] = "error"
+
+
+def _overrides_query(raw: str | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"'overrides' query parameter is not JSON: {e.msg}") from None
+    return _check_overrides(value)
+
+
+def session_router(service: ContextService) -> APIRouter:
+    """The session API over ``service`` (mounted by the server and by the proxy)."""
+    r = APIRouter()
+
+    @r.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "sessions": len(service.sessions()), "default_method": service.default_method,
+                "default_budget": service.default_budget, "embedder": service.embedder.name}
+
+    @r.get("/sessions")
+    def list_sessions() -> dict[str, Any]:
+        return {"sessions": service.sessions()}
+
+    def _create(sid: str, body: SessionBody | None) -> JSONResponse:
+        b = body or SessionBody()
+        out = service.create(sid, meta=b.meta, encoding=b.encoding)
+        return JSONResponse(out, status_code=201 if out["created"] else 200)
+
+    @r.put("/sessions/{sid}")
+    def put_session(sid: str, body: SessionBody | None = Body(default=None)) -> JSONResponse:
+        return _create(sid, body)
+
+    @r.post("/sessions/{sid}")
+    def post_session(sid: str, body: SessionBody | None = Body(default=None)) -> JSONResponse:
+        return _create(sid, body)
+
+    @r.get("/sessions/{sid}")
+    def get_session(sid: str) -> dict[str, Any]:
+        return service.info(sid)
+
+    @r.get("/sessions/{sid}/messages")
+    def get_messages(sid: str) -> dict[str, Any]:
+        return service.transcript(sid)
+
+    @r.post("/sessions/{sid}/messages")
+    def post_messages(sid: str, body: Any = Body(...)) -> dict[str, Any]:
+        # A bare list appends; an object chooses the mode.
+        if isinstance(body, list):
+            return service.append(sid, body)
+        try:
+            req = MessagesBody.model_validate(body)
+        except ValidationError as e:
+            raise BadRequest("body must be a list of messages or {\"messages\": [...], \"mode\": "
+                             f"\"append\"|\"sync\", \"on_conflict\": \"error\"|\"fork\"}}: {e.errors()[0]['msg']}"
+                             ) from None
+        if req.mode == "append":
+            return service.append(sid, req.messages)
+        return service.sync(sid, req.messages, req.on_conflict)
+
+    @r.post("/sessions/{sid}/render")
+    def render(sid: str, body: RenderBody | None = Body(default=None)) -> dict[str, Any]:
+        b = body or RenderBody()
+        return service.render(sid, messages=b.messages, budget=b.budget, method=b.method, overrides=b.overrides,
+                              on_conflict=b.on_conflict)
+
+    @r.get("/sessions/{sid}/scores")
+    def scores(sid: str, budget: int | None = Query(default=None, gt=0), method: str | None = None,
+               overrides: str | None = Query(default=None, description="JSON object of dotted keys")
+               ) -> dict[str, Any]:
+        return service.scores(sid, budget=budget, method=method, overrides=_overrides_query(overrides))
+
+    @r.get("/sessions/{sid}/edges")
+    def edges(sid: str) -> dict[str, Any]:
+        return service.edges(sid)
+
+    @r.get("/sessions/{sid}/export", response_model=None)
+    def export(sid: str, format: Literal["json", "jsonl"] = "json") -> Any:
+        ep = service.export(sid)
+        if format == "jsonl":
+            return PlainTextResponse(json.dumps(ep, ensure_ascii=False) + "\n", media_type="application/x-ndjson")
+        return ep
+
+    return r
+
+
+def create_app(graph_path: str = ":memory:", default_method: str = "contextrender", default_budget: int = 6000,
+               embedding: str = "local", *, compactor: Any = "extractive", max_body_bytes: int = DEFAULT_MAX_BODY,
+               service: ContextService | None = None) -> FastAPI:
+    """The ContextRender server. Bind it to 127.0.0.1 (the CLI's default): it has no authentication."""
+    owned = service is None
+    svc = service or ContextService(graph_path, default_method=default_method, default_budget=default_budget,
+                                    embedding=embedding, compactor=compactor)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        if owned:
+            svc.close()
+
+    app = FastAPI(title="ContextRender", version="0.1.0", lifespan=lifespan)
+    app.state.service = svc
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(session_router(svc))
+    return app
+
+
+__all__ = ["BadRequest", "BodyLimitMiddleware", "Conflict", "ContextService", "DEFAULT_MAX_BODY", "NotFound",
+           "SerialEmbedder", "ServiceError", "create_app", "install_error_handlers", "session_router"]
