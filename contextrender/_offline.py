@@ -34,3 +34,5 @@ def apply() -> None:
     os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -1,0 +1,89 @@
+"""The paper's motivating example, live: what ContextRender renders under B, and why.
+
+``python -m experiments.demo [--budget N] [--graph PATH] [--embedding local|hashing]``
+
+Records the dinner-bill transcript (spec §3.1) into a persistent context graph
+one message at a time, renders ContextRender before every invocation, and at
+the final invocation prints every tool result's scores (age, reuse c_t,
+relevance s_t, U_t, greedy pick) beside what Prune keeps under the same budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import contextrender  # noqa: F401  (offline environment)
+from contextrender import ContextGraph, ContextRender, make_embedder
+from contextrender.config import build_policy, method_config
+from contextrender.render import Scope
+
+from .scenarios import DINNER_BILL_BUDGET, DINNER_BILL_CONTACT_SEQ, dinner_bill
+
+
+def _out(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget", type=int, default=DINNER_BILL_BUDGET, help="history budget B in tokens")
+    ap.add_argument("--graph", type=Path, default=None, help="graph file (default: a temporary one)")
+    ap.add_argument("--embedding", default="local", choices=["local", "hashing"])
+    args = ap.parse_args(argv)
+    budget = args.budget
+    graph_path = args.graph or Path(tempfile.mkdtemp(prefix="cr-demo-")) / "graph.sqlite"
+
+    embedder = make_embedder(args.embedding)
+    cr = ContextRender(embedder=embedder)
+    prune = build_policy(method_config("prune"))
+    messages = dinner_bill()
+    with ContextGraph(graph_path) as graph:
+        session = graph.session(f"dinner-bill-B{budget}")
+        if len(session):
+            _out(f"resuming the session stored in {graph_path}")
+        _out(f"Dinner-bill transcript (spec §3.1), history budget B = {budget} tokens, graph {graph_path}\n")
+        _out(f"{'t':>3} {'Tok(H_full)':>11} {'rendered':>8} {'results shown':>14}   last tool call")
+        for i, msg in enumerate(messages):
+            if i < len(session):
+                continue
+            if msg["role"] == "assistant":
+                sel = cr.select(session, budget)
+                n_res = len(Scope.of(session).history_results(session))
+                call = (msg.get("tool_calls") or [{}])[0].get("function", {}).get("name", "(answer)")
+                _out(f"{session.next_invocation:>3} {Scope.of(session).full_tokens(session):>11} "
+                     f"{sel.rendered.tokens:>8} {len(sel.rendered.visible):>6} of {n_res:<6}   → {call}")
+            session.add(msg)
+
+        t = session.next_invocation
+        sel = cr.select(session, budget)
+        pr = prune.render(session, budget)
+        _out(f"\nFinal invocation t = {t}: the request to Nancy. Tok(H_full) = "
+             f"{Scope.of(session).full_tokens(session)}, B = {budget}.")
+        _out("Why each tool result is or is not rendered (U = recency + reuse + relevance, spec §4):\n")
+        _out(f"{'seq':>4} {'tool':<34} {'tok':>5} {'age':>4} {'c_t':>5} {'s_t':>5} {'U_t':>6} "
+             f"{'pick':>4}  {'ContextRender':<13} {'Prune':<6}")
+        for sc in sel.scores:
+            mark = "kept" if sc.seq in sel.rendered.visible else ("compact" if sc.compacted else "omitted")
+            pmark = "kept" if sc.seq in pr.visible else "omitted"
+            star = "  ← contact search" if sc.seq == DINNER_BILL_CONTACT_SEQ else ""
+            _out(f"{sc.seq:>4} {sc.tool_name[:34]:<34} {sc.tokens:>5} {sc.age:>4} {sc.reuse_count:>5.2f} "
+                 f"{sc.relevance:>5.2f} {sc.usefulness:>6.3f} {'' if sc.pick is None else sc.pick:>4}  "
+                 f"{mark:<13} {pmark:<6}{star}")
+        _out("\nReuse edges into the contact search (Tool-Flow Analysis, spec §3):")
+        for e in session.reuse_edges():
+            if e.source == DINNER_BILL_CONTACT_SEQ:
+                where = "text" if e.part < 0 else f"tool call {e.part}"
+                _out(f"  message {e.op_seq} ({where}) reused {e.value!r}")
+        kept = DINNER_BILL_CONTACT_SEQ in sel.rendered.visible
+        _out(f"\nContextRender renders {sel.rendered.tokens} ≤ {budget} tokens and "
+             f"{'KEEPS' if kept else 'drops'} the contact search (Nancy's address is in it); "
+             f"Prune renders {pr.tokens} tokens and "
+             f"{'keeps' if DINNER_BILL_CONTACT_SEQ in pr.visible else 'DROPS'} it.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
