@@ -190,7 +190,7 @@ def _forward_messages(original: list[Any], rendered: dict[str, Any]) -> list[Any
     ``original`` directly.
     """
     out: list[Any] = []
-    for msg, seq in zip(rendered["messages"], rendered["layout"]):
+    for msg, seq in zip(rendered["messages"], rendered["layout"], strict=True):
         if seq is None:
             out.append(msg)
             continue

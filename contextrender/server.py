@@ -17,15 +17,16 @@ POST     ``/sessions/{id}/messages``       append a list of OpenAI messages, or
 GET      ``/sessions/{id}/messages``       the stored transcript
 POST     ``/sessions/{id}/render``         ``{budget, method, overrides, messages?}`` →
                                            ``{messages, tokens, visible, usage, layout, …}``
-GET      ``/sessions/{id}/scores``         ``?budget=&method=`` → one ResultScore row per result
+GET      ``/sessions/{id}/scores``         ``?budget=&method=&overrides=`` → one ResultScore row per
+                                           result (none when the full history fits: ``shortcut``)
 GET      ``/sessions/{id}/edges``          TFA reuse edges and c_t(r)
 GET      ``/sessions/{id}/export``         the session as a replay-trace line
 GET      ``/health``
 =======  ===============================  =============================================
 
 Sync semantics: a sync sends the agent's *full* list; stored messages must
-match it exactly (the graph is append-only, spec §2), the unseen tail is
-appended. A mismatch is 409, unless ``on_conflict: "fork"``: then the
+match it (the graph is append-only, spec §2; tool-call arguments may differ
+in JSON formatting only), the unseen tail is appended. A mismatch is 409, unless ``on_conflict: "fork"``: then the
 history continues in the variant ``id~N`` whose stored history is the
 longest prefix of the list, or in a new variant (logged) if none is. The
 OpenAI proxy (proxy.py) always forks, so a client that edits its past gets a
@@ -50,7 +51,7 @@ import threading
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -166,9 +167,32 @@ def _parse(messages: Any, where: str = "messages") -> list[Message]:
         raise BadRequest(str(e)) from None
 
 
+def _json_equal(a: str, b: str) -> bool:
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except (json.JSONDecodeError, TypeError):
+        return False
+
+
+def same_message(a: Message, b: Message) -> bool:
+    """Equal as stored (the graph's digest), or equal up to the JSON formatting of tool-call arguments.
+
+    Some clients (LangChain, for one) parse the arguments the proxy recorded
+    and send them back re-serialised; that is the same call, not an edited past.
+    """
+    if a == b:
+        return True
+    if (a.role, a.content, a.tool_call_id, a.name) != (b.role, b.content, b.tool_call_id, b.name):
+        return False
+    if len(a.tool_calls) != len(b.tool_calls):
+        return False
+    return all(x.id == y.id and x.name == y.name and (x.arguments == y.arguments or _json_equal(x.arguments, y.arguments))
+               for x, y in zip(a.tool_calls, b.tool_calls, strict=True))
+
+
 def _is_prefix(session: Session, parsed: Sequence[Message]) -> bool:
     n = len(session)
-    return n <= len(parsed) and all(parsed[i] == session.message(i) for i in range(n))
+    return n <= len(parsed) and all(same_message(parsed[i], session.message(i)) for i in range(n))
 
 
 class ContextService:
@@ -288,7 +312,7 @@ class ContextService:
             raise Conflict(f"session {session.id!r}: got {len(parsed)} messages, the graph holds {n}; "
                            "sync takes the full history (use mode=append for new messages only)")
         for i in range(n):
-            if parsed[i] != session.message(i):
+            if not same_message(parsed[i], session.message(i)):
                 raise Conflict(f"session {session.id!r}: message {i} differs from the stored one; the history "
                                "is append-only (on_conflict=fork continues in a new session instead)")
         for m in parsed[n:]:
@@ -550,11 +574,11 @@ def session_router(service: ContextService) -> APIRouter:
         return JSONResponse(out, status_code=201 if out["created"] else 200)
 
     @r.put("/sessions/{sid}")
-    def put_session(sid: str, body: SessionBody | None = Body(default=None)) -> JSONResponse:
+    def put_session(sid: str, body: Annotated[SessionBody | None, Body()] = None) -> JSONResponse:
         return _create(sid, body)
 
     @r.post("/sessions/{sid}")
-    def post_session(sid: str, body: SessionBody | None = Body(default=None)) -> JSONResponse:
+    def post_session(sid: str, body: Annotated[SessionBody | None, Body()] = None) -> JSONResponse:
         return _create(sid, body)
 
     @r.get("/sessions/{sid}")
@@ -566,7 +590,7 @@ def session_router(service: ContextService) -> APIRouter:
         return service.transcript(sid)
 
     @r.post("/sessions/{sid}/messages")
-    def post_messages(sid: str, body: Any = Body(...)) -> dict[str, Any]:
+    def post_messages(sid: str, body: Annotated[Any, Body()]) -> dict[str, Any]:
         # A bare list appends; an object chooses the mode.
         if isinstance(body, list):
             return service.append(sid, body)
@@ -581,7 +605,7 @@ def session_router(service: ContextService) -> APIRouter:
         return service.sync(sid, req.messages, req.on_conflict)
 
     @r.post("/sessions/{sid}/render")
-    def render(sid: str, body: RenderBody | None = Body(default=None)) -> dict[str, Any]:
+    def render(sid: str, body: Annotated[RenderBody | None, Body()] = None) -> dict[str, Any]:
         b = body or RenderBody()
         return service.render(sid, messages=b.messages, budget=b.budget, method=b.method, overrides=b.overrides,
                               on_conflict=b.on_conflict)
@@ -629,4 +653,4 @@ def create_app(graph_path: str = ":memory:", default_method: str = "contextrende
 
 
 __all__ = ["BadRequest", "BodyLimitMiddleware", "Conflict", "ContextService", "DEFAULT_MAX_BODY", "NotFound",
-           "SerialEmbedder", "ServiceError", "create_app", "install_error_handlers", "session_router"]
+           "SerialEmbedder", "ServiceError", "create_app", "install_error_handlers", "same_message", "session_router"]

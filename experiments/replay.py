@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,8 +225,13 @@ def _advance(session: Session, messages: Sequence[dict[str, Any]], upto: int) ->
     session.extend(messages[n:upto])
 
 
+#: Called after every render with (method, episode, turn j, session, rendered): for inspection and tests.
+RenderHook = Callable[[str, Episode, int, Session, Rendered], None]
+
+
 def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mapping[str, MethodTally],
-                   budget: int, graph: ContextGraph, session_prefix: str) -> RecallStats:
+                   budget: int, graph: ContextGraph, session_prefix: str,
+                   on_render: RenderHook | None = None) -> RecallStats:
     """Replay one episode through every policy; add its renders and recall to ``tallies``.
 
     Returns the episode's event counts.
@@ -253,14 +258,42 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
                             rendered.tokens, audited)
             tally.add_render(rendered.tokens, audited, budget)
             visible[j] = rendered.visible
+            if on_render is not None:
+                on_render(name, episode, j, session, rendered)
         tally.stats = tally.stats + recall(events, visible)
         tally.seconds += time.perf_counter() - t0
     return count_events(events)
 
 
+def likely_embedded_texts(episode: Episode, task_chars: int = 2000) -> list[str]:
+    """What relevance scoring will embed during the episode, to embed in one model batch up front.
+
+    Every tool result (spec §2), the task x (first user message, clipped; spec
+    §4) and, per turn, the focus f_t as the latest user plus latest assistant
+    message. A policy that builds its queries differently just misses the memo
+    for those: a wrong guess costs time, never a different result.
+    """
+    msgs = [Message.from_openai(m) for m in episode.messages]
+    texts = [m.content for m in msgs if m.role == "tool"]
+    first_user = next((m for m in msgs if m.role == "user"), None)
+    if first_user is not None:
+        texts.append(first_user.content[:task_chars])
+    last_user: Message | None = None
+    last_asst: Message | None = None
+    for m in msgs:
+        if m.role == "assistant":  # the render before this turn sees the focus built so far
+            parts = [x.text() for x in (last_user, last_asst) if x is not None]
+            if parts:
+                texts.append("\n".join(parts))
+            last_asst = m
+        elif m.role == "user":
+            last_user = m
+    return list(dict.fromkeys(texts))
+
+
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
            *, embedder: SharedEmbeddings | None = None, total: int | None = None, progress: bool = True,
-           skipped: Any = None) -> ReplayResult:
+           skipped: Any = None, on_render: RenderHook | None = None) -> ReplayResult:
     """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
 
     ``embedder``: the shared embedder the policies were built with (see
@@ -277,11 +310,10 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
                file=sys.stderr, dynamic_ncols=True)
     for episode in bar:
         if embedder is not None:
-            texts = [Message.from_openai(m).content for m in episode.messages if m.get("role") == "tool"]
-            embedder.embed_documents(texts)
+            embedder.embed_documents(likely_embedded_texts(episode))
         # One graph connection per episode: closing it drops the sessions it cached in memory.
         with ContextGraph(graph_path) as graph:
-            pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, prefix)
+            pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, prefix, on_render)
         if embedder is not None:
             embedder.clear()
         n += 1
@@ -323,7 +355,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         s = t.summary()
         refs = [ref(name, RECALL_METRIC)] + [ref(name, RECALL_AGE_METRICS[b]) for b in AGE_BINS]
         any_ref = any_ref or any(r is not None for r in refs)
-        cells = [_fmt(s["recall"], refs[0])] + [_fmt(s["recall_by_age"][b], r) for b, r in zip(AGE_BINS, refs[1:], strict=True)]
+        cells = [_fmt(s["recall"], refs[0])]
+        cells += [_fmt(s["recall_by_age"][b], r) for b, r in zip(AGE_BINS, refs[1:], strict=True)]
         mean = s["mean_rendered_tokens"]
         lines.append(f"| {name} | " + " | ".join(cells)
                      + f" | {'–' if mean is None else f'{mean:.0f}'} | {s['max_rendered_tokens'] or 0}"

@@ -18,8 +18,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-#: The history budget B (tokens) the motivating-example test renders the final invocation under.
-DINNER_BILL_BUDGET = 2200
+#: The history budget B (tokens) the motivating-example test renders invocation 18 under. The full
+#: history is about 5.5K tokens; the user/assistant messages and the omission markers take about
+#: 1.9K, leaving about 1.9K for complete results — too little for every result, enough for the
+#: contact search only if something argues for it. (With all-MiniLM-L6-v2 the example separates
+#: ContextRender from Prune, Semantic Retrieval and CR-Recency+Relevance for B in about 3.6K–3.95K.)
+DINNER_BILL_BUDGET = 3800
 
 SYSTEM_PROMPT = """You are an AI assistant that completes day-to-day tasks for your supervisor by calling the APIs of \
 the apps they use (amazon, file_system, gmail, phone, simple_note, splitwise, spotify, todoist, venmo).
@@ -234,16 +238,17 @@ class _Builder:
                                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}})
         self.add({"role": "assistant", "content": thought, "tool_calls": tool_calls})
         return [self.add({"role": "tool", "tool_call_id": cid, "content": out})
-                for cid, (_, _, out) in zip(ids, calls)]
+                for cid, (_, _, out) in zip(ids, calls, strict=True)]
 
 
 def dinner_bill(*, reuse: bool = True) -> list[dict[str, Any]]:
     """The motivating example as an OpenAI-format transcript of 18 invocations (0–17).
 
     With ``reuse=False`` the two payment-request calls write the recipients'
-    addresses with a different case (``Kathryn.Maldonado@GMAIL.COM``-style), so
-    no qualifying value of the contact search matches them exactly and that
-    result receives no reuse edges; everything else is unchanged.
+    addresses with another capitalisation (``KathrynMaldonado@GMAIL.COM``,
+    ``Troy_Solo@GMAIL.COM``). TFA matching is exact and case-sensitive
+    (spec §3), so no value of the contact search matches them and that result
+    receives no reuse edges; everything else is unchanged.
     """
     kathryn = "kathrynmaldonado@gmail.com" if reuse else "KathrynMaldonado@GMAIL.COM"
     troy = "troy_solo@gmail.com" if reuse else "Troy_Solo@GMAIL.COM"

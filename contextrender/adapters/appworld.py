@@ -94,7 +94,7 @@ def appworld_to_openai(messages: list[dict[str, Any]], num_instruction_messages:
 def rendered_to_appworld(messages: list[dict[str, Any]], result: RenderResult) -> list[dict[str, Any]]:
     """The rendered history as AppWorld message dicts (originals, with changed bodies replaced)."""
     out: list[dict[str, Any]] = []
-    for msg, seq in zip(result.messages, result.layout):
+    for msg, seq in zip(result.messages, result.layout, strict=True):
         text = msg.get("content") or ""
         if seq is None:
             out.append({"role": "user" if msg.get("role") == "tool" else msg.get("role", "user"), "content": text})

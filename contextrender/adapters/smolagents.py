@@ -121,7 +121,7 @@ def rendered_to_smolagents(messages: list[Any], graph_msgs: list[dict[str, Any]]
                            result: RenderResult) -> list[Any]:
     """The render as the agent's own messages; only changed bodies are rebuilt."""
     out: list[Any] = []
-    for msg, seq in zip(result.messages, result.layout):
+    for msg, seq in zip(result.messages, result.layout, strict=True):
         text = msg.get("content") or ""
         if seq is None:
             role = MessageRole.SYSTEM if msg.get("role") == "system" else MessageRole.USER

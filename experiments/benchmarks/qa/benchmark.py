@@ -14,8 +14,8 @@ import logging
 import threading
 from typing import Any
 
-from ..base import EpisodeOutcome
 from ...episode import Episode
+from ..base import EpisodeOutcome
 from .agent import DEFAULT_MAX_STEPS, run_agent
 from .data import QATask, TaskFileError, load_tasks
 from .scoring import score_answer
@@ -60,7 +60,8 @@ class MultiObjectiveQA:
         self.max_steps = max_steps
         self.timeout_s = timeout_s
         self._tasks: list[QATask] | None = None
-        self._lock = threading.Lock()
+        self._client: RetrieverClient | None = None
+        self._lock = threading.RLock()
 
     def tasks(self) -> list[QATask]:
         if self._tasks is None:
@@ -76,13 +77,16 @@ class MultiObjectiveQA:
                              "/retrieve server; see experiments/benchmarks/qa/README.md")
         return self.retriever_url
 
+    def client(self) -> RetrieverClient:
+        """One HTTP client per benchmark, shared by episodes (thread-safe)."""
+        with self._lock:
+            if self._client is None:
+                self._client = RetrieverClient(self.endpoint(), timeout_s=self.timeout_s)
+            return self._client
+
     def run_episode(self, task: QATask, episode: Episode) -> EpisodeOutcome:
-        client = RetrieverClient(self.endpoint(), timeout_s=self.timeout_s)
-        try:
-            run = run_agent(task_prompt(task, self.max_steps), episode,
-                            [WikipediaSearchTool(client, default_n=self.n_results)], max_steps=self.max_steps)
-        finally:
-            client.close()
+        tool = WikipediaSearchTool(self.client(), default_n=self.n_results)
+        run = run_agent(task_prompt(task, self.max_steps), episode, [tool], max_steps=self.max_steps)
         s = score_answer(run.answer, task.answers)
         extra: dict[str, Any] = {
             "answer": run.answer, "predictions": list(s.predictions), "f1_per_question": list(s.f1_per_question),
@@ -95,6 +99,12 @@ class MultiObjectiveQA:
         if self.synthetic:
             extra["synthetic"] = True
         return EpisodeOutcome(s.as_dict(), "ok", extra)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
 
 class OfflineMultiObjectiveQA(MultiObjectiveQA):
@@ -143,6 +153,7 @@ class OfflineMultiObjectiveQA(MultiObjectiveQA):
             return str(self._server.url)
 
     def close(self) -> None:
+        super().close()
         with self._lock:
             if self._server is not None:
                 self._server.stop()

@@ -108,7 +108,7 @@ class BM25Index:
                 continue
             with self._lock:
                 ids, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-            out.append([(self.documents[int(i)], float(s)) for i, s in zip(np.asarray(ids)[0], np.asarray(scores)[0])])
+            out.append([(self.documents[int(i)], float(s)) for i, s in zip(np.asarray(ids)[0], np.asarray(scores)[0], strict=True)])
         return out
 
 

@@ -70,7 +70,7 @@ def score_answer(answer: str | None, aliases: Sequence[Sequence[str]]) -> QAScor
     parts = split_answers(answer)
     preds = [parts[i] if i < len(parts) else "" for i in range(len(aliases))]
     f1s, ems = [], []
-    for pred, golds in zip(preds, aliases):
+    for pred, golds in zip(preds, aliases, strict=True):
         # An empty prediction is a missing answer: 0 whatever the aliases say.
         f1s.append(max((token_f1(pred, g) for g in golds), default=0.0) if pred else 0.0)
         ems.append(max((exact_match(pred, g) for g in golds), default=0.0) if pred else 0.0)
