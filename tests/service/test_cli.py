@@ -1,0 +1,98 @@
+"""The ``contextrender`` CLI: serve, proxy and export as real processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from contextrender.cli import build_parser, main
+from contextrender.graph import ContextGraph
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_health(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "process exited")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise AssertionError("server did not come up")
+
+
+def test_parser():
+    p = build_parser()
+    a = p.parse_args(["proxy", "--upstream", "http://127.0.0.1:1/v1", "--budget", "3000", "--method", "cr_recency",
+                      "--port", "9999", "--override", "lam=0.5", "--override", "weights.reuse=0"])
+    assert (a.budget, a.method, a.port, a.host) == (3000, "cr_recency", 9999, "127.0.0.1")
+    assert dict(a.override) == {"lam": 0.5, "weights.reuse": 0}
+    with pytest.raises(SystemExit):
+        p.parse_args(["proxy", "--budget", "10"])  # --upstream is required
+
+
+def test_export(tmp_path, capsys):
+    graph = tmp_path / "g.sqlite"
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    with ContextGraph(graph) as g:
+        g.session("task-1").sync(msgs)
+    out = tmp_path / "traces.jsonl"
+    assert main(["export", "task-1", "--graph", str(graph), "--out", str(out)]) == 0
+    assert main(["export", "task-1", "--graph", str(graph), "--out", str(out)]) == 0  # appends
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0]) == {"task_id": "task-1", "messages": msgs}
+    assert main(["export", "task-1", "--graph", str(graph)]) == 0
+    assert json.loads(capsys.readouterr().out)["task_id"] == "task-1"
+    assert main(["export", "nope", "--graph", str(graph)]) == 2
+    assert main(["export", "task-1", "--graph", str(tmp_path / "missing.sqlite")]) == 2
+
+
+@pytest.mark.slow
+def test_serve_and_proxy_processes(tmp_path):
+    graph = tmp_path / "g.sqlite"
+    port, pport = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    serve = subprocess.Popen([sys.executable, "-m", "contextrender.cli", "serve", "--port", str(port), "--graph",
+                              str(graph), "--embedding", "hashing", "--log-level", "warning"],
+                             env=env, stderr=subprocess.PIPE, text=True)
+    proxy = subprocess.Popen([sys.executable, "-m", "contextrender.cli", "proxy", "--upstream",
+                              f"http://127.0.0.1:{port}/v1", "--port", str(pport), "--graph",
+                              str(tmp_path / "p.sqlite"), "--embedding", "hashing", "--budget", "500",
+                              "--log-level", "warning"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        url, purl = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{pport}"
+        wait_health(url, serve)
+        wait_health(purl, proxy)
+        r = httpx.post(f"{url}/sessions/cli1/render", json={"messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 200 and r.json()["tokens"] == 0
+        assert httpx.get(f"{purl}/health").json()["default_budget"] == 500
+        # The "upstream" here has no /v1/models: its 404 passes through the proxy.
+        assert httpx.get(f"{purl}/v1/models").status_code == 404
+    finally:
+        for p in (serve, proxy):
+            p.send_signal(signal.SIGINT)
+        for p in (serve, proxy):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    with ContextGraph(graph) as g:
+        assert "cli1" in g.session_ids()

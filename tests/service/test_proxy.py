@@ -1,0 +1,288 @@
+"""The OpenAI-compatible proxy over real loopback HTTP, against a fake upstream."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from contextrender.proxy import StreamAssembler, create_proxy_app
+
+from .conftest import SYSTEM, history_tokens, serve, sse_message, tool_result
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]
+
+
+def run_episode(url: str, task: str, turns: int, *, stream: bool = False, session: str | None = None,
+                tools: list[dict[str, Any]] = TOOLS, extra: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None, tag: str = "s") -> tuple[list[dict[str, Any]], list[Any]]:
+    """A client agent loop through the proxy; returns its full history and the responses."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+    h = dict(headers or {})
+    if session:
+        h["X-ContextRender-Session"] = session
+    responses = []
+    with httpx.Client(timeout=30) as client:
+        for turn in range(turns):
+            body = {"model": "fake-model", "messages": messages, "tools": tools, "tool_choice": "auto",
+                    "temperature": 0.0, "user": tag, **(extra or {})}
+            if stream:
+                body["stream"] = True
+                body["stream_options"] = {"include_usage": True}
+                with client.stream("POST", f"{url}/v1/chat/completions", json=body, headers=h) as r:
+                    assert r.status_code == 200, r.read()
+                    raw = b"".join(r.iter_raw())
+                responses.append((r, raw))
+                msg = sse_message(raw)
+            else:
+                r = client.post(f"{url}/v1/chat/completions", json=body, headers=h)
+                assert r.status_code == 200, r.text
+                responses.append(r)
+                msg = r.json()["choices"][0]["message"]
+            messages.append(msg)
+            for k, call in enumerate(msg.get("tool_calls") or []):
+                messages.append({"role": "tool", "tool_call_id": call["id"],
+                                 "content": tool_result(tag, turn, k, call)})
+    return messages, responses
+
+
+@pytest.fixture
+def proxy(service, fake_upstream):
+    fake, up_url = fake_upstream
+    app = create_proxy_app(f"{up_url}/v1", service=service, budget=1500)
+    with serve(app) as url:
+        yield url, fake, service
+
+
+def assert_budget_respected(fake, budget: int) -> None:
+    assert fake.requests
+    for rec in fake.requests:
+        assert history_tokens(rec["body"]["messages"]) <= budget
+
+
+def test_non_streaming_episode_renders_under_budget(proxy):
+    url, fake, service = proxy
+    messages, responses = run_episode(url, "Trace record REC_start to its owner.", 8, session="ep1",
+                                      extra={"seed": 42, "metadata": {"x": 1}}, headers={"Authorization": "Bearer sk-client"})
+    assert_budget_respected(fake, 1500)
+    # The full history exceeded B, so the upstream got markers instead of some results.
+    assert history_tokens(messages) > 1500
+    last = fake.requests[-1]["body"]
+    assert any("omitted to fit the context budget" in (m.get("content") or "") for m in last["messages"])
+    # Everything but messages is forwarded unchanged.
+    for rec in fake.requests:
+        b = rec["body"]
+        assert b["tools"] == TOOLS and b["tool_choice"] == "auto" and b["temperature"] == 0.0
+        assert b["seed"] == 42 and b["metadata"] == {"x": 1} and "stream" not in b
+        assert rec["headers"]["authorization"] == "Bearer sk-client"
+        assert not any(k.startswith("x-contextrender") for k in rec["headers"])
+        # system prompt and the task message are always there, first and in order
+        assert b["messages"][0] == {"role": "system", "content": SYSTEM}
+        assert b["messages"][1]["content"] == "Trace record REC_start to its owner."
+    # The response body is the upstream's; headers say what the proxy did.
+    r = responses[-1]
+    assert r.json()["choices"][0]["message"] == messages[-2]  # last assistant (its tool result follows)
+    assert r.headers["x-contextrender-session"] == "ep1" and r.headers["x-request-id"].startswith("req-")
+    assert int(r.headers["x-contextrender-tokens"]) <= 1500
+    # The graph holds the client's full history (the last tool result arrives with the next request).
+    stored = service.transcript("ep1")["messages"]
+    assert len(stored) == len(messages) - 1
+    assert [m["role"] for m in stored] == [m["role"] for m in messages[:-1]]
+    assert stored[-1]["tool_calls"] == messages[-2]["tool_calls"]
+
+
+def test_streaming_relays_chunks_and_records_tool_calls(proxy):
+    url, fake, service = proxy
+    messages, responses = run_episode(url, "Stream: follow REC_start.", 6, stream=True, session="st1",
+                                      tools=TWO_TOOLS, tag="st")
+    assert_budget_respected(fake, 1500)
+    # Chunks reach the client byte for byte.
+    for rec, (_r, raw) in zip(fake.requests, responses, strict=True):
+        assert raw == rec["sent"]
+        assert rec["body"]["stream"] is True and rec["body"]["stream_options"] == {"include_usage": True}
+    # The assembled assistant messages (two interleaved calls each) are in the graph, in order.
+    stored = service.transcript("st1")["messages"]
+    asst_client = [m for m in messages if m["role"] == "assistant"]
+    asst_stored = [m for m in stored if m["role"] == "assistant"]
+    assert len(asst_stored) == len(asst_client) == 6
+    for a, b in zip(asst_client, asst_stored, strict=True):
+        assert a["content"] == b["content"] and a["tool_calls"] == b["tool_calls"]
+        assert len(b["tool_calls"]) == 2
+    # TFA: the streamed calls used values from earlier results -> reuse edges to them.
+    edges = service.edges("st1")["edges"]
+    asst_seqs = {i for i, m in enumerate(stored) if m["role"] == "assistant"}
+    tool_seqs = {i for i, m in enumerate(stored) if m["role"] == "tool"}
+    assert edges and all(e["op_seq"] in asst_seqs and e["source"] in tool_seqs for e in edges)
+    assert any(e["part"] >= 0 for e in edges)  # from a tool call's arguments, not only the text
+
+
+def test_stream_assembler_handles_split_lines_and_fragments():
+    from .conftest import scripted_reply, sse_chunks
+
+    msg = scripted_reply([{"role": "tool", "content": "x REC_a_1"}], 2, "z")
+    raw = b"".join(sse_chunks(msg, "c1", True))
+    asm = StreamAssembler()
+    for i in range(0, len(raw), 5):  # lines cut anywhere
+        asm.feed(raw[i:i + 5])
+    asm.close()
+    assert asm.done and asm.finish_reason == "tool_calls"
+    assert asm.message() == msg
+
+
+def test_derived_session_and_fork_on_altered_history(proxy, caplog):
+    url, fake, service = proxy
+    task = "Derived: follow REC_start."
+    messages, responses = run_episode(url, task, 3)
+    sid = responses[0].headers["x-contextrender-session"]
+    assert sid.startswith("auto-") and all(r.headers["x-contextrender-session"] == sid for r in responses)
+    # A client that alters a recorded assistant message: a fork, not an error.
+    altered = json.loads(json.dumps(messages))
+    altered[2]["content"] = "I changed my mind."
+    with caplog.at_level(logging.WARNING, logger="contextrender.server"):
+        r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": altered}, timeout=30)
+    assert r.status_code == 200
+    assert r.headers["x-contextrender-session"] == f"{sid}~1"
+    assert "continuing as" in caplog.text
+    # The original session is untouched and continues as before.
+    r2 = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": messages}, timeout=30)
+    assert r2.headers["x-contextrender-session"] == sid
+    # Same derivation for the same system prompt + first user message, new one for another task.
+    _, other = run_episode(url, "Another task entirely.", 1)
+    assert other[0].headers["x-contextrender-session"] not in (sid, f"{sid}~1")
+
+
+def test_upstream_error_passes_through(proxy):
+    url, fake, _ = proxy
+    body = {"model": "fail-429", "messages": [{"role": "user", "content": "hi"}]}
+    for stream in (False, True):
+        r = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": stream}, timeout=30)
+        assert r.status_code == 429
+        assert r.json() == {"error": {"message": "slow down", "type": "rate_limit_error"}}
+        assert r.headers["retry-after"] == "7"
+
+
+def test_bad_requests(service, fake_upstream):
+    _, up_url = fake_upstream
+    app = create_proxy_app(f"{up_url}/v1", service=service, max_body_bytes=64 * 1024)
+    with serve(app) as url:
+        post = f"{url}/v1/chat/completions"
+        r = httpx.post(post, content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        assert httpx.post(post, json=[1, 2]).status_code == 400
+        r = httpx.post(post, json={"model": "m"})
+        assert r.status_code == 400 and "'messages'" in r.json()["error"]["message"]
+        r = httpx.post(post, json={"model": "m", "messages": [{"role": "tool", "content": "x"}]})
+        assert r.status_code == 400 and "tool_call_id" in r.json()["error"]["message"]
+        r = httpx.post(post, json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                       headers={"X-ContextRender-Session": "bad id with spaces"})
+        assert r.status_code == 400
+        big = {"model": "m", "messages": [{"role": "user", "content": "x" * 100_000}]}
+        assert httpx.post(post, json=big).status_code == 413
+
+        def chunks():  # no Content-Length: the streamed-body limit
+            yield b'{"model": "m", "messages": [{"role": "user", "content": "'
+            for _ in range(20):
+                yield b"y" * 10_000
+            yield b'"}]}'
+
+        r = httpx.post(post, content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_env_key_used_and_never_stored_or_logged(service, fake_upstream, monkeypatch, caplog, tmp_path):
+    fake, up_url = fake_upstream
+    secret = "sk-test-SECRET-0123456789"
+    monkeypatch.setenv("CONTEXTRENDER_UPSTREAM_API_KEY", secret)
+    app = create_proxy_app(f"{up_url}/v1", service=service, budget=1500)
+    with caplog.at_level(logging.DEBUG), serve(app) as url:
+        run_episode(url, "Key test: follow REC_start.", 3, session="keyed", stream=True)
+        run_episode(url, "Key test 2.", 2, session="keyed2")
+        models = httpx.get(f"{url}/v1/models").json()
+    assert all(rec["headers"]["authorization"] == f"Bearer {secret}" for rec in fake.requests)
+    assert models["auth"] == f"Bearer {secret}" and models["data"][0]["id"] == "fake-model"
+    assert secret not in caplog.text
+    graph_bytes = b"".join(p.read_bytes() for p in tmp_path.glob("graph.sqlite*"))
+    assert secret.encode() not in graph_bytes
+
+
+def test_upstream_unreachable_is_502(service):
+    with socket_port() as port:
+        app = create_proxy_app(f"http://127.0.0.1:{port}/v1", service=service, connect_timeout=2)
+        with serve(app) as url:
+            r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": [
+                {"role": "user", "content": "hi"}]}, timeout=30)
+    assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
+
+
+class socket_port:
+    """A loopback port with nothing listening on it."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._s = socket.socket()
+        self._s.bind(("127.0.0.1", 0))
+        return self._s.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self._s.close()
+
+
+def test_recorded_session_exports_to_a_replayable_trace(proxy, tmp_path):
+    url, fake, service = proxy
+    messages, _ = run_episode(url, "Export: follow REC_start.", 6, session="exp1", stream=True)
+    # The final tool results reach the graph with the client's next request; send it.
+    httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": messages},
+               headers={"X-ContextRender-Session": "exp1"}, timeout=30)
+    line = httpx.get(f"{url}/sessions/exp1/export", params={"format": "jsonl"}).text
+    assert line.endswith("\n") and line.count("\n") == 1
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(line)
+    traces = pytest.importorskip("experiments.traces")
+    (ep,) = list(traces.read_traces(trace))
+    assert ep.task_id == "exp1" and len(ep.messages) == len(messages) + 1
+    assert list(ep.messages[:len(messages)]) == [
+        {**m, "content": m["content"]} if m["role"] != "assistant" else
+        {"role": "assistant", "content": m["content"], "tool_calls": m["tool_calls"]} for m in messages]
+
+    out = tmp_path / "recall.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "experiments.replay", f"traces={trace}", "budget=1500",
+                           "methods=[contextrender,cr_recency]", f"output={out}", "embedding=hashing",
+                           "progress=false"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and "experiments.replay" in proc.stderr and "No module named" in proc.stderr:
+        pytest.skip("experiments.replay is not available")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    cr = report["methods"]["contextrender"]
+    assert report["traces"] == 1 and report["events"] > 0
+    assert cr["renders"] == 7 and cr["over_budget_renders"] == 0 and cr["recall"] is not None
+
+
+def test_kept_messages_are_forwarded_as_sent(proxy):
+    url, fake, _ = proxy
+    parts = [{"type": "text", "text": "Describe REC_start."},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    messages = [{"role": "system", "content": SYSTEM, "cache_control": {"type": "ephemeral"}},
+                {"role": "user", "content": parts}]
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": messages}, timeout=30)
+    assert r.status_code == 200
+    assert fake.requests[-1]["body"]["messages"] == messages  # parts and extra fields intact
+    # A method chosen per request by header; `full` passes everything, even above B.
+    history, _ = run_episode(url, "Full: follow REC_start.", 7, session="full1")
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": history},
+                   headers={"X-ContextRender-Session": "full1", "X-ContextRender-Method": "full"}, timeout=30)
+    assert r.status_code == 200 and fake.requests[-1]["body"]["messages"] == history
+    assert history_tokens(history) > 1500
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": history},
+                   headers={"X-ContextRender-Method": "nope"}, timeout=30)
+    assert r.status_code == 400 and "unknown method" in r.json()["error"]["message"]
