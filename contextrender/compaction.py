@@ -40,6 +40,11 @@ class Compactor(Protocol):
     def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]: ...
 
 
+def _fill(template: str, max_tokens: int) -> str:
+    # Not str.format: user-supplied guidelines may contain literal braces.
+    return template.replace("{max_tokens}", str(max_tokens))
+
+
 def _enforce_cap(counter: TokenCounter, text: str, max_tokens: int) -> str:
     """A summary that still exceeds its share is truncated (spec §5 postcondition)."""
     return text if counter.text(text) <= max_tokens else counter.truncate(text, max_tokens)
@@ -60,7 +65,7 @@ class ExtractiveCompactor:
         self.counter = counter or TokenCounter()
 
     def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
-        prompt = (instructions or SUMMARY_PROMPT).format(max_tokens=max_tokens)
+        prompt = _fill(instructions or SUMMARY_PROMPT, max_tokens)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         important = [i for i, ln in enumerate(lines) if extract_values(ln) or re.search(r"error|exception|fail", ln, re.I)]
         chosen: list[int] = []
@@ -91,7 +96,7 @@ class LLMCompactor:
     def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
         import litellm
 
-        system = (instructions or SUMMARY_PROMPT).format(max_tokens=max_tokens)
+        system = _fill(instructions or SUMMARY_PROMPT, max_tokens)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
         usage = Usage()
         out = ""

@@ -270,8 +270,8 @@ class Session:
         elif msg.role == "assistant":
             if msg.content:
                 edges += self.flow.add_operation(seq, -1, msg.content)
-            for i, call in enumerate(msg.tool_calls):
-                edges += self.flow.add_operation(seq, i, call.text())
+            for i, tc in enumerate(msg.tool_calls):
+                edges += self.flow.add_operation(seq, i, tc.text())
         try:
             with self.graph._tx() as db:
                 calls_json = json.dumps([c.__dict__ for c in msg.tool_calls]) if msg.tool_calls else None
@@ -321,8 +321,8 @@ class Session:
             if _digest(m) != self._digests[i]:
                 raise GraphError(f"session {self.id!r}: message {i} differs from the stored one; "
                                  "history is append-only")
-        for m in messages[n:]:
-            self.add(m)
+        for new in messages[n:]:
+            self.add(new)
         return len(messages) - n
 
     # -- reads -------------------------------------------------------------------

@@ -149,7 +149,8 @@ def fit_verbatim(session: Session, scope: Scope, budget: int) -> Trim:
     or an assistant message together with its tool results, so call/result
     pairs never split — and never the first user message of the task. If that
     message alone still exceeds B, its text is clipped so that the
-    postcondition Tok(H_t) ≤ B holds.
+    postcondition Tok(H_t) ≤ B holds (dropped only when B is smaller than
+    one message's framing tokens).
     """
     cost = {s: (session.result(s).marker_ntok if session.is_result(s) else session.ntok(s)) for s in scope.history}
     total = sum(cost.values())
@@ -179,6 +180,9 @@ def fit_verbatim(session: Session, scope: Scope, budget: int) -> Trim:
     if total > budget and first_user is not None and first_user in kept:
         counter = session.counter
         room = budget - (total - cost[first_user]) - MESSAGE_OVERHEAD
-        clipped = counter.truncate(session.message(first_user).content, max(room, 0))
+        if room < 0:  # B smaller than one message's framing: even an empty task message cannot fit
+            kept = tuple(s for s in kept if s != first_user)
+            return Trim(kept, total - cost[first_user])
+        clipped = counter.truncate(session.message(first_user).content, room)
         total = total - cost[first_user] + text_message_tokens(counter, clipped)
     return Trim(kept, total, clipped)
