@@ -89,6 +89,16 @@ class ToolResult:
     created_at: float
 
 
+@dataclass(frozen=True)
+class ResultArrays:
+    """Columns of a session's tool results, for vectorised scoring."""
+
+    seqs: np.ndarray
+    invocation: np.ndarray
+    ntok: np.ndarray
+    marker_ntok: np.ndarray
+
+
 def _digest(msg: Message) -> str:
     return hashlib.sha256(json.dumps(msg.to_openai(), sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
@@ -185,6 +195,7 @@ class Session:
         self.counter = counter
         self._messages: list[Message] = []
         self._ntok: list[int] = []
+        self._total_ntok = 0
         self._digests: list[str] = []
         self._invocations: list[int] = []  # invocation index of each message
         self._results: list[ToolResult] = []
@@ -193,6 +204,9 @@ class Session:
         self._n_assistant = 0
         self.flow = FlowIndex()
         self._emb: dict[str, dict[int, np.ndarray]] = {}
+        self._emb_mat: dict[str, tuple[np.ndarray, int]] = {}  # model -> (buffer, rows filled), results order
+        self._arrays: ResultArrays | None = None
+        self._verbatim: tuple[np.ndarray, np.ndarray, int] | None = None
         self._load()
 
     # -- loading -----------------------------------------------------------------
@@ -229,6 +243,7 @@ class Session:
         seq = len(self._messages)
         self._messages.append(msg)
         self._ntok.append(ntok)
+        self._total_ntok += ntok
         self._digests.append(digest)
         self._invocations.append(invocation)
         if msg.role == "assistant":
@@ -298,6 +313,7 @@ class Session:
 
     def _reset_and_reload(self) -> None:
         self._messages, self._ntok, self._digests, self._invocations = [], [], [], []
+        self._total_ntok, self._arrays, self._emb_mat, self._verbatim = 0, None, {}, None
         self._results, self._result_by_seq, self._calls, self._n_assistant = [], {}, {}, 0
         self._load()
 
@@ -352,6 +368,47 @@ class Session:
     def result(self, seq: int) -> ToolResult:
         return self._result_by_seq[seq]
 
+    def result_arrays(self) -> ResultArrays:
+        """Per-result columns as numpy arrays, in transcript order (cached until the next add)."""
+        if self._arrays is None or len(self._arrays.seqs) != len(self._results):
+            rs = self._results
+            self._arrays = ResultArrays(
+                seqs=np.fromiter((r.seq for r in rs), dtype=np.int64, count=len(rs)),
+                invocation=np.fromiter((r.invocation for r in rs), dtype=np.int64, count=len(rs)),
+                ntok=np.fromiter((r.ntok for r in rs), dtype=np.int64, count=len(rs)),
+                marker_ntok=np.fromiter((r.marker_ntok for r in rs), dtype=np.int64, count=len(rs)))
+        return self._arrays
+
+    def verbatim_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per message: (Tok with results as their markers, seq of its unit's first message).
+
+        A unit is a user/system message alone, or an assistant message with the
+        tool results of its calls — what the verbatim-overflow rule drops together.
+        """
+        n = len(self._messages)
+        cost, unit, have = self._verbatim if self._verbatim is not None else (np.empty(0, np.int64), np.empty(0, np.int64), 0)
+        if have < n:
+            new_cost = np.empty(n - have, dtype=np.int64)
+            new_unit = np.empty(n - have, dtype=np.int64)
+            for j, seq in enumerate(range(have, n)):
+                r = self._result_by_seq.get(seq)
+                new_cost[j] = r.marker_ntok if r is not None else self._ntok[seq]
+                new_unit[j] = r.call_seq if (r is not None and r.call_seq is not None) else seq
+            cost = np.concatenate([cost[:have], new_cost])
+            unit = np.concatenate([unit[:have], new_unit])
+            self._verbatim = (cost, unit, n)
+        return cost, unit
+
+    def tokens_of(self, seqs: Iterable[int]) -> int:
+        """Σ stored Tok of messages ``seqs`` (full content)."""
+        ntok = self._ntok
+        return sum(ntok[s] for s in seqs)
+
+    @property
+    def total_tokens(self) -> int:
+        """Σ Tok over every message of the session."""
+        return self._total_ntok
+
     def is_result(self, seq: int) -> bool:
         return seq in self._result_by_seq
 
@@ -405,6 +462,23 @@ class Session:
                 store[s] = v.astype(np.float32)
         if not seqs:
             return np.zeros((0, getattr(embedder, "dim", 0)), dtype=np.float32), usage
+        n = len(self._results)
+        if len(seqs) == n and np.array_equal(np.asarray(seqs), self.result_arrays().seqs):
+            # The common case (every result, in order): one cached matrix grown with doubling
+            # capacity, instead of restacking n rows per render.
+            buf, have = self._emb_mat.get(model, (None, 0))
+            if have < n:
+                rows = np.stack([store[r.seq] for r in self._results[have:]])
+                if buf is None or buf.shape[0] < n:
+                    grown = np.empty((max(n, 2 * (0 if buf is None else buf.shape[0]), 64), rows.shape[1]),
+                                     dtype=np.float32)
+                    if buf is not None:
+                        grown[:have] = buf[:have]
+                    buf = grown
+                buf[have:n] = rows
+                self._emb_mat[model] = (buf, n)
+            assert buf is not None
+            return buf[:n], usage
         return np.stack([store[s] for s in seqs]), usage
 
     # -- artifacts (policy-derived texts, append-only) --------------------------

@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from .events import Message, Usage
 from .graph import Session, omission_marker
+import numpy as np
+
 from .tokens import MESSAGE_OVERHEAD
 
 
@@ -77,14 +79,18 @@ class Scope:
         while n_sys < len(msgs) and msgs[n_sys].role == "system":
             n_sys += 1
         current = next((i for i in range(len(msgs) - 1, n_sys - 1, -1) if msgs[i].role == "user"), None)
-        history = tuple(i for i in range(n_sys, len(msgs)) if i != current)
+        history = (tuple(range(n_sys, len(msgs))) if current is None
+                   else tuple(range(n_sys, current)) + tuple(range(current + 1, len(msgs))))
         return Scope(tuple(range(n_sys)), current, history)
 
     def history_results(self, session: Session) -> list[int]:
-        return [s for s in self.history if session.is_result(s)]
+        # Tool messages are never in the system prefix nor the current user message.
+        return session.result_arrays().seqs.tolist()
 
     def full_tokens(self, session: Session) -> int:
-        return sum(session.ntok(s) for s in self.history)
+        """Tok(H_full): every history message at full size."""
+        outside = session.tokens_of(self.system) + (session.ntok(self.current) if self.current is not None else 0)
+        return session.total_tokens - outside
 
 
 # A tool result in a layout is shown in full (FULL), as its omission marker
@@ -111,7 +117,8 @@ def assemble(session: Session, scope: Scope, shown: Iterable[int],
         keep.add(scope.current)
     out: list[dict[str, Any]] = [session.message(s).to_openai() for s in scope.system]
     out.extend(inserts.get(-1, []))
-    for seq in range(len(scope.system), len(session)):
+    n_sys = len(scope.system)
+    for seq in sorted(keep | {k for k in inserts if k >= n_sys}):
         out.extend(inserts.get(seq, []))
         if seq not in keep:
             continue
@@ -152,37 +159,40 @@ def fit_verbatim(session: Session, scope: Scope, budget: int) -> Trim:
     postcondition Tok(H_t) ≤ B holds (dropped only when B is smaller than
     one message's framing tokens).
     """
-    cost = {s: (session.result(s).marker_ntok if session.is_result(s) else session.ntok(s)) for s in scope.history}
-    total = sum(cost.values())
+    arrays = session.result_arrays()
+    # Verbatim messages plus every result as its marker, without a per-message loop.
+    total = scope.full_tokens(session) - int(arrays.ntok.sum()) + int(arrays.marker_ntok.sum())
     if total <= budget:
         return Trim(scope.history, total)
     first_user = next((i for i, m in enumerate(session.messages) if m.role == "user"), None)
-    units: list[list[int]] = []
-    owner: dict[int, int] = {}
-    for s in scope.history:
-        if session.is_result(s):
-            cs = session.result(s).call_seq
-            if cs is not None and cs in owner:
-                units[owner[cs]].append(s)
-                continue
-        owner[s] = len(units)
-        units.append([s])
-    dropped: set[int] = set()
-    for unit in units:
-        if total <= budget:
-            break
-        if first_user in unit:
-            continue
-        dropped.update(unit)
-        total -= sum(cost[s] for s in unit)
-    kept = tuple(s for s in scope.history if s not in dropped)
+    cost_all, unit_all = session.verbatim_arrays()
+    hist = np.fromiter(scope.history, dtype=np.int64, count=len(scope.history))
+    cost, unit = cost_all[hist], unit_all[hist]
+    # Units in transcript order (by their first message); drop the oldest until the rest fits,
+    # skipping the task's first user message.
+    starts, inverse = np.unique(unit, return_inverse=True)
+    unit_cost = np.bincount(inverse, weights=cost, minlength=len(starts)).astype(np.int64)
+    droppable = unit_cost.copy()
+    if first_user is not None:
+        droppable[starts == first_user] = 0
+    # Smallest k with total − Σ droppable[:k] ≤ B; k = len(starts) if even that is not enough.
+    remaining = total - np.concatenate([[0], np.cumsum(droppable)])
+    k = int(np.argmax(remaining <= budget)) if (remaining <= budget).any() else len(starts)
+    drop_unit = np.zeros(len(starts), dtype=bool)
+    drop_unit[:k] = True
+    if first_user is not None:
+        drop_unit[starts == first_user] = False
+    dropped_mask = drop_unit[inverse]
+    total = int(remaining[k])
+    kept = tuple(hist[~dropped_mask].tolist())
     clipped = None
     if total > budget and first_user is not None and first_user in kept:
         counter = session.counter
-        room = budget - (total - cost[first_user]) - MESSAGE_OVERHEAD
+        first_cost = int(cost_all[first_user])
+        room = budget - (total - first_cost) - MESSAGE_OVERHEAD
         if room < 0:  # B smaller than one message's framing: even an empty task message cannot fit
             kept = tuple(s for s in kept if s != first_user)
-            return Trim(kept, total - cost[first_user])
+            return Trim(kept, total - first_cost)
         clipped = counter.truncate(session.message(first_user).content, room)
-        total = total - cost[first_user] + text_message_tokens(counter, clipped)
+        total = total - first_cost + text_message_tokens(counter, clipped)
     return Trim(kept, total, clipped)

@@ -26,7 +26,7 @@ from .embed import make_embedder
 from .events import Usage
 from .graph import Session
 from .render import Rendered, Scope, assemble, check_budget, fit_verbatim, marker_text, text_message_tokens
-from .scoring import ScoringParams, Weights, query_vector, relevance, usefulness
+from .scoring import ScoringParams, Weights, matvec, query_vector, relevance, usefulness
 
 
 @dataclass(frozen=True)
@@ -89,12 +89,12 @@ class ContextRender:
         return self._embedder
 
     def render(self, session: Session, budget: int) -> Rendered:
-        return self.select(session, budget).rendered
+        return self.select(session, budget, explain=False).rendered
 
     # -- the algorithm ---------------------------------------------------------
 
-    def select(self, session: Session, budget: int) -> Selection:
-        """Run Algorithm 1 and return the render with every result's scores."""
+    def select(self, session: Session, budget: int, *, explain: bool = True) -> Selection:
+        """Run Algorithm 1; with ``explain`` also return every result's scores."""
         p = self.params
         scope = Scope.of(session)
         results = scope.history_results(session)
@@ -108,41 +108,46 @@ class ContextRender:
             msgs = assemble(session, scope, scope.history)
             return Selection(Rendered(tuple(msgs), full, frozenset(results), usage), (), True, budget)
 
-        t = session.next_invocation
-        ages = np.array([t - session.result(s).invocation for s in results], dtype=np.float64)
+        arrays = session.result_arrays()
+        n = len(results)
+        ages = (session.next_invocation - arrays.invocation).astype(np.float64)  # a_t(r) = t − k
+        counts = np.zeros(n, dtype=np.float64)  # c_t(r), Eq. 1
         reuse = session.flow.reuse_scores()
-        counts = np.array([reuse.get(s, 0.0) for s in results], dtype=np.float64)
+        if reuse:
+            keys = np.fromiter(reuse.keys(), dtype=np.int64, count=len(reuse))
+            counts[np.searchsorted(arrays.seqs, keys)] = np.fromiter(reuse.values(), dtype=np.float64,
+                                                                     count=len(reuse))
         trim = fit_verbatim(session, scope, budget)  # spec §5 step 3
-        kept = set(trim.kept)
-        rel = np.zeros(len(results))
-        if p.weights.relevance != 0.0 and results:
-            q, u = self._query(session, scope, kept)
+        if len(trim.kept) == len(scope.history):
+            cand = np.ones(n, dtype=bool)
+        else:
+            cand = np.isin(arrays.seqs, np.fromiter(trim.kept, dtype=np.int64, count=len(trim.kept)))
+        rel = np.zeros(n)
+        if p.weights.relevance != 0.0 and n:
+            q, u = self._query(session, scope, trim.kept)
             usage += u
             rel = relevance(embs, q)
         util = usefulness(ages, counts, rel, p)
 
-        cand = np.array([s in kept for s in results], dtype=bool)
-        full_cost = np.array([session.result(s).ntok for s in results], dtype=np.int64)
-        marker_cost = np.array([session.result(s).marker_ntok for s in results], dtype=np.int64)
+        full_cost = arrays.ntok
         body_cost = full_cost.copy()
         compacted: dict[int, str] = {}
         if self.compactor is not None:  # spec §5 step 5: oversized-result fallback
             cap = max(1, int(self.oversized_share * budget))
-            for i, s in enumerate(results):
-                if cand[i] and full_cost[i] > budget:
-                    text, u = self._compacted(session, s, cap)
-                    usage += u
-                    compacted[i] = text
-                    body_cost[i] = text_message_tokens(session.counter, text)
-        delta = body_cost - marker_cost  # what adding r changes in Tok(H_t(S))
+            for i in np.flatnonzero(cand & (full_cost > budget)).tolist():
+                text, u = self._compacted(session, results[i], cap)
+                usage += u
+                compacted[i] = text
+                body_cost[i] = text_message_tokens(session.counter, text)
+        delta = body_cost - arrays.marker_ntok  # what adding r changes in Tok(H_t(S))
 
         # spec §5 step 4: greedy on R_t(r|S) = U_t(r) − 0.5·D(r,S).
-        n = len(results)
         chosen = np.zeros(n, dtype=bool)
         dmax = np.zeros(n, dtype=np.float64)  # D(r,S); D(r,∅) = 0, and max(0, ·) by starting at 0
         picks: list[tuple[int, float]] = []
         current = trim.base_tokens
         while True:
+            # Recomputed each step: a result smaller than its marker lowers Tok and can reopen others.
             feasible = cand & ~chosen & (current + delta <= budget)
             if not feasible.any():
                 break
@@ -153,37 +158,39 @@ class ContextRender:
             current += int(delta[i])
             picks.append((i, float(gain[i])))
             if p.diversity != 0.0:
-                dmax = np.maximum(dmax, embs.astype(np.float64) @ embs[i].astype(np.float64))
+                np.maximum(dmax, matvec(embs, embs[i]), out=dmax)
 
         # spec §5 step 6: chronological output, omitted results leave their marker.
-        bodies: dict[int, str] = {}
-        for i, s in enumerate(results):
-            if not cand[i]:
-                continue
-            if not chosen[i]:
-                bodies[s] = marker_text(session, s)
-            elif i in compacted:
-                bodies[s] = compacted[i]
+        bodies: dict[int, str] = {results[i]: marker_text(session, results[i])
+                                  for i in np.flatnonzero(cand & ~chosen).tolist()}
+        for i, text in compacted.items():
+            if chosen[i]:
+                bodies[results[i]] = text
         if trim.clipped_first_user is not None:
             first_user = next(i for i, m in enumerate(session.messages) if m.role == "user")
             bodies[first_user] = trim.clipped_first_user
         msgs = assemble(session, scope, trim.kept, bodies)
-        tokens = _history_tokens(session, scope, msgs)
+        tokens = _history_tokens(session, trim.kept, bodies)
         check_budget(tokens, budget, self.name)
-        visible = frozenset(results[i] for i in range(n) if chosen[i] and i not in compacted)
+        full_shown = chosen.copy()
+        full_shown[list(compacted)] = False
+        visible = frozenset(arrays.seqs[full_shown].tolist())
 
-        order = {i: (k, g) for k, (i, g) in enumerate(picks)}
-        scores = tuple(
-            ResultScore(seq=s, tool_name=session.result(s).tool_name, tokens=int(full_cost[i]), age=int(ages[i]),
-                        reuse_count=float(counts[i]), relevance=float(rel[i]), usefulness=float(util[i]),
-                        candidate=bool(cand[i]), pick=order[i][0] if i in order else None,
-                        gain=order[i][1] if i in order else None, compacted=i in compacted and bool(chosen[i]))
-            for i, s in enumerate(results))
+        scores: tuple[ResultScore, ...] = ()
+        if explain:
+            order = {i: (k, g) for k, (i, g) in enumerate(picks)}
+            scores = tuple(
+                ResultScore(seq=s, tool_name=session.result(s).tool_name, tokens=int(full_cost[i]),
+                            age=int(ages[i]), reuse_count=float(counts[i]), relevance=float(rel[i]),
+                            usefulness=float(util[i]), candidate=bool(cand[i]),
+                            pick=order[i][0] if i in order else None, gain=order[i][1] if i in order else None,
+                            compacted=i in compacted and bool(chosen[i]))
+                for i, s in enumerate(results))
         return Selection(Rendered(tuple(msgs), tokens, visible, usage), scores, False, budget)
 
     # -- helpers ---------------------------------------------------------------
 
-    def _query(self, session: Session, scope: Scope, kept: set[int]) -> tuple[np.ndarray, Usage]:
+    def _query(self, session: Session, scope: Scope, kept: tuple[int, ...]) -> tuple[np.ndarray, Usage]:
         """q_t (spec §4): x = first user message (≤ 2,000 chars); f_t = latest visible
         user message + latest visible assistant message (text and tool calls)."""
         usage = Usage()
@@ -199,7 +206,7 @@ class ContextRender:
         parts = []
         if scope.current is not None:
             parts.append(msgs[scope.current].text())
-        last_asst = next((s for s in sorted(kept, reverse=True) if msgs[s].role == "assistant"), None)
+        last_asst = next((s for s in reversed(kept) if msgs[s].role == "assistant"), None)
         focus = None
         if last_asst is not None:
             parts.append(msgs[last_asst].text())
@@ -220,12 +227,12 @@ class ContextRender:
         return text, usage
 
 
-def _history_tokens(session: Session, scope: Scope, msgs: list[dict[str, Any]]) -> int:
-    """Tok(H_t) of an assembled prompt: everything but the system prompt and current user message."""
-    n_sys = len(scope.system)
-    body = msgs[n_sys:]
-    if scope.current is not None:
-        # The current user message is the last user message in the prompt.
-        idx = max(i for i, m in enumerate(body) if m["role"] == "user")
-        body = body[:idx] + body[idx + 1:]
-    return session.counter.messages(body)
+def _history_tokens(session: Session, kept: tuple[int, ...], bodies: dict[int, str]) -> int:
+    """Tok(H_t) of the assembled history, recounted from what was assembled.
+
+    Independent of the greedy's running total: messages shown verbatim cost
+    their stored count (the counter's value at insertion) and every replaced
+    body (marker, compacted result, clipped task) is counted afresh.
+    """
+    counter = session.counter
+    return sum(text_message_tokens(counter, bodies[s]) if s in bodies else session.ntok(s) for s in kept)
