@@ -7,7 +7,7 @@ BENCHMARK ?= bfcl_multi_turn
 BUDGET ?=
 ARGS ?=
 
-.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean
+.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -66,6 +66,15 @@ tables: setup ## rebuild every table from the records under results/runs
 plots: setup ## rebuild the figures from the records under results/runs
 	$(PY) -m analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
 	-$(PY) -m analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
+
+appworld-setup: ## create .venv-appworld (appworld==0.1.3.post1 in its own venv; PyPI needed once)
+	bash scripts/setup_appworld.sh
+
+appworld-data: appworld-setup ## download AppWorld's released data into .appworld/data (needs internet)
+	APPWORLD_CACHE=$(CURDIR)/.appworld/cache .venv-appworld/bin/appworld download data --root .appworld
+
+appworld-offline: setup appworld-setup ## synthetic AppWorld tasks (dinner bill) with the oracle at B=2000
+	$(PY) -m experiments.run -m benchmark=appworld_offline model=oracle method=full,prune,contextrender,cr_recency_relevance budget=2000 embedding=hashing $(ARGS)
 
 clean: ## remove caches and raw run directories (keeps committed results)
 	rm -rf .pytest_cache .hypothesis outputs multirun results/runs

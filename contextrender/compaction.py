@@ -64,9 +64,28 @@ class ExtractiveCompactor:
     def __init__(self, counter: TokenCounter | None = None) -> None:
         self.counter = counter or TokenCounter()
 
+    #: a line longer than this (tokens) is cut at field boundaries so single-line JSON can be kept in part
+    SEGMENT_TOKENS = 48
+    _BOUNDARY = re.compile(r"(?<=[,;\]}])\s*")
+
+    def _segments(self, line: str) -> list[str]:
+        if self.counter.text(line) <= self.SEGMENT_TOKENS:
+            return [line]
+        out: list[str] = []
+        cur = ""
+        for piece in self._BOUNDARY.split(line):
+            if cur and self.counter.text(cur + " " + piece) > self.SEGMENT_TOKENS:
+                out.append(cur)
+                cur = piece
+            else:
+                cur = f"{cur} {piece}" if cur else piece
+        if cur:
+            out.append(cur)
+        return out
+
     def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
         prompt = _fill(instructions or SUMMARY_PROMPT, max_tokens)
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        lines = [seg for ln in text.splitlines() for seg in self._segments(ln.strip()) if seg]
         important = [i for i, ln in enumerate(lines) if extract_values(ln) or re.search(r"error|exception|fail", ln, re.I)]
         chosen: list[int] = []
         used = self.counter.text("Key observations:\n")

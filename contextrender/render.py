@@ -148,16 +148,24 @@ class Trim:
     clipped_first_user: str | None = None  # set only if the task message alone exceeds B
 
 
-def fit_verbatim(session: Session, scope: Scope, budget: int) -> Trim:
+#: Once the verbatim messages overflow B, trim them to this share of B (project choice, spec §5).
+TRIM_TARGET_SHARE = 0.5
+
+
+def fit_verbatim(session: Session, scope: Scope, budget: int,
+                 target_share: float = TRIM_TARGET_SHARE) -> Trim:
     """Charge user/assistant messages first; if they alone exceed B, drop the oldest turns.
 
     The paper does not say what gives when the verbatim messages exceed B
     (spec §5). Project choice: drop whole units oldest first — a user message,
     or an assistant message together with its tool results, so call/result
-    pairs never split — and never the first user message of the task. If that
-    message alone still exceeds B, its text is clipped so that the
-    postcondition Tok(H_t) ≤ B holds (dropped only when B is smaller than
-    one message's framing tokens).
+    pairs never split — and never the first user message of the task — until
+    they take at most ``target_share``·B. Trimming just to B would leave no
+    room for any tool result, so at long horizons every policy would show
+    messages only; half of B keeps the recent turns and room for results.
+    If the task message alone still exceeds B, its text is clipped so that
+    the postcondition Tok(H_t) ≤ B holds (dropped only when B is smaller
+    than one message's framing tokens).
     """
     arrays = session.result_arrays()
     # Verbatim messages plus every result as its marker, without a per-message loop.
@@ -175,9 +183,10 @@ def fit_verbatim(session: Session, scope: Scope, budget: int) -> Trim:
     droppable = unit_cost.copy()
     if first_user is not None:
         droppable[starts == first_user] = 0
-    # Smallest k with total − Σ droppable[:k] ≤ B; k = len(starts) if even that is not enough.
+    # Smallest k with total − Σ droppable[:k] ≤ target; k = len(starts) if even that is not enough.
+    target = int(budget * target_share)
     remaining = total - np.concatenate([[0], np.cumsum(droppable)])
-    k = int(np.argmax(remaining <= budget)) if (remaining <= budget).any() else len(starts)
+    k = int(np.argmax(remaining <= target)) if (remaining <= target).any() else len(starts)
     drop_unit = np.zeros(len(starts), dtype=bool)
     drop_unit[:k] = True
     if first_user is not None:

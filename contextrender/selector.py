@@ -170,7 +170,8 @@ class ContextRender:
             first_user = next(i for i, m in enumerate(session.messages) if m.role == "user")
             bodies[first_user] = trim.clipped_first_user
         msgs = assemble(session, scope, trim.kept, bodies)
-        tokens = _history_tokens(session, trim.kept, bodies)
+        markers = set(results[i] for i in np.flatnonzero(cand & ~chosen).tolist())
+        tokens = _history_tokens(session, trim.kept, bodies, markers)
         check_budget(tokens, budget, self.name)
         full_shown = chosen.copy()
         full_shown[list(compacted)] = False
@@ -227,12 +228,21 @@ class ContextRender:
         return text, usage
 
 
-def _history_tokens(session: Session, kept: tuple[int, ...], bodies: dict[int, str]) -> int:
+def _history_tokens(session: Session, kept: tuple[int, ...], bodies: dict[int, str], markers: set[int]) -> int:
     """Tok(H_t) of the assembled history, recounted from what was assembled.
 
     Independent of the greedy's running total: messages shown verbatim cost
-    their stored count (the counter's value at insertion) and every replaced
-    body (marker, compacted result, clipped task) is counted afresh.
+    their stored count (the counter's value at insertion), markers their
+    stored marker count, and every other replaced body (compacted result,
+    clipped task) is counted afresh.
     """
     counter = session.counter
-    return sum(text_message_tokens(counter, bodies[s]) if s in bodies else session.ntok(s) for s in kept)
+    total = 0
+    for s in kept:
+        if s in markers:
+            total += session.result(s).marker_ntok
+        elif s in bodies:
+            total += text_message_tokens(counter, bodies[s])
+        else:
+            total += session.ntok(s)
+    return total

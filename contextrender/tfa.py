@@ -14,8 +14,9 @@ update cost proportional to the new text, never to the history.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 # spec §3 rule 2: candidates are maximal runs of this class. Every separator of
 # rule 1 (quotes, brackets, commas, colons, slashes, whitespace) lies outside the
@@ -86,6 +87,9 @@ class FlowIndex:
         self.n_results: dict[str, int] = {}  # value -> n_t(m): results containing it (once each)
         self.uses: dict[str, int] = {}  # value -> operations that used it
         self.used_by_source: dict[int, set[str]] = {}  # result seq -> its values that were used
+        # c_t(r) cache: a source is recomputed only when one of its used values changed.
+        self._scores: dict[int, float] = {}
+        self._dirty: set[int] = set()
 
     # -- updates ---------------------------------------------------------------
 
@@ -98,8 +102,10 @@ class FlowIndex:
     def add_result_values(self, seq: int, values: Iterable[str]) -> None:
         for v in values:
             # spec §3 attribution: the first tool result containing the value is its source.
-            self.first_source.setdefault(v, seq)
+            src = self.first_source.setdefault(v, seq)
             self.n_results[v] = self.n_results.get(v, 0) + 1
+            if v in self.uses:  # n_t(m) grew: the source's c_t changes
+                self._dirty.add(src)
 
     def add_operation(self, seq: int, part: int, text: str) -> list[ReuseEdge]:
         """Scan one later operation (model output or tool call); return its reuse edges.
@@ -119,6 +125,7 @@ class FlowIndex:
         for e in edges:
             self.uses[e.value] = self.uses.get(e.value, 0) + 1
             self.used_by_source.setdefault(e.source, set()).add(e.value)
+            self._dirty.add(e.source)
 
     # -- reads -------------------------------------------------------------------
 
@@ -130,6 +137,9 @@ class FlowIndex:
         # Sorted summation: identical floats after a restart.
         return sum(self.uses[v] / self.n_results[v] for v in sorted(vals))
 
-    def reuse_scores(self) -> dict[int, float]:
-        """c_t(r) for every result that has been used at least once."""
-        return {seq: self.reuse_score(seq) for seq in self.used_by_source}
+    def reuse_scores(self) -> Mapping[int, float]:
+        """c_t(r) for every result that has been used at least once (a read-only view)."""
+        for seq in self._dirty:
+            self._scores[seq] = self.reuse_score(seq)
+        self._dirty.clear()
+        return MappingProxyType(self._scores)

@@ -135,10 +135,13 @@ class LiteLLMModel:
         msg = resp.choices[0].message
         message: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
         if getattr(msg, "tool_calls", None):
+            # Some providers omit call ids; a deterministic one keeps call/result pairing valid.
             message["tool_calls"] = [
-                {"id": tc.id, "type": "function",
+                {"id": tc.id or "call_{}_{}".format(i, hashlib.sha1(
+                    (tc.function.name + (tc.function.arguments or "")).encode()).hexdigest()[:10]),
+                 "type": "function",
                  "function": {"name": tc.function.name, "arguments": tc.function.arguments or "{}"}}
-                for tc in msg.tool_calls]
+                for i, tc in enumerate(msg.tool_calls)]
         u = resp.usage
         details = getattr(u, "prompt_tokens_details", None)
         cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0

@@ -1,14 +1,17 @@
 """The offline ``oracle``: a context-bounded script follower, NOT an LLM.
 
 It isolates the effect of the context policy. For each user turn it emits
-that turn's reference calls in order, one invocation per call, then a short
-closing message. Before each call it checks every scalar argument value whose
+that turn's reference calls in order, one invocation per call (or per group
+of parallel calls, where the reference groups them), then a short closing
+message. Before each call it checks every scalar argument value whose
 string form has at least 4 characters: if the value already appeared anywhere
 earlier in the transcript but is not visible in what the policy rendered for
 this invocation (system prompt, tools, rendered history, current user
 message), the oracle cannot know it and emits the call with a wrong value —
 so the task fails exactly as a real agent's would. Values never seen before
-(inferred by the agent from the task) are assumed known.
+(inferred by the agent from the task) are assumed known. "Appeared" and
+"visible" mean a whole-token occurrence; numbers compare by value, so
+"$5,000" shows 5000 and "2120.0" does not show 120.
 
 Usage is counted with the shared token counter as if the rendered input had
 been sent and the call generated. Cached input tokens simulate provider prefix
@@ -20,6 +23,7 @@ spec §7 a meaning offline.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,18 @@ class Reference:
 
     turns: tuple[tuple[ScriptedCall, ...], ...]
     closing: tuple[str, ...] = ()  # per-turn closing message; default "Done."
+    # per turn: sizes of consecutive call groups emitted together in ONE invocation
+    # (parallel tool calls); a missing or empty entry means one call per invocation
+    groups: tuple[tuple[int, ...], ...] = ()
+
+    def group_size(self, turn: int, emitted: int) -> int:
+        """How many calls the invocation that starts at call ``emitted`` of ``turn`` emits."""
+        start = 0
+        for n in (self.groups[turn] if turn < len(self.groups) else ()):
+            if start == emitted:
+                return n
+            start += n
+        return 1
 
     def closing_for(self, turn: int) -> str:
         return self.closing[turn] if turn < len(self.closing) else "Done."
@@ -56,6 +72,28 @@ def _scalars(obj: Any) -> list[Any]:
     if isinstance(obj, (list, tuple)):
         return [s for v in obj for s in _scalars(v)]
     return [obj]
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w]|\.\d)")
+
+
+def _numbers(text: str) -> set[float]:
+    """Numbers written in ``text`` as whole tokens ("$5,000" -> 5000.0, "2120.0" is not 120)."""
+    out = set()
+    for m in _NUMBER.finditer(text):
+        try:
+            out.add(float(m.group().replace(",", "")))
+        except ValueError:
+            pass
+    return out
+
+
+def _occurs(value: Any, text: str, numbers: set[float]) -> bool:
+    """``value`` appears in ``text`` as a whole token; numbers compare by value, not spelling."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) in numbers
+    v = str(value)
+    return re.search(r"(?<![A-Za-z0-9_])" + re.escape(v) + r"(?![A-Za-z0-9_])", text) is not None
 
 
 def _wrong(value: Any) -> Any:
@@ -127,18 +165,21 @@ class OracleEpisode:
         calls = self.reference.turns[turn] if turn < len(self.reference.turns) else ()
         t = self.session.next_invocation
         if emitted < len(calls):
-            call = calls[emitted]
+            batch = calls[emitted:emitted + self.reference.group_size(turn, emitted)]
             earlier = "\n".join(m.text() for m in self.session.messages)
             visible = json.dumps(tools or [], ensure_ascii=False) + "\n" + "\n".join(_message_text(m) for m in messages)
-            hidden = {str(v) for v in _scalars(call.arguments)
-                      if not isinstance(v, bool) and v is not None and len(str(v)) >= MIN_CHECKED_CHARS
-                      and str(v) in earlier and str(v) not in visible}
-            args = _replace(call.arguments, hidden) if hidden else call.arguments
-            if hidden:
-                self.hidden_log.append((t, call.name, tuple(sorted(hidden))))
-            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{t}_{emitted}", "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(args, ensure_ascii=False)}}]}
+            earlier_n, visible_n = _numbers(earlier), _numbers(visible)
+            tool_calls = []
+            for i, call in enumerate(batch):
+                hidden = {str(v) for v in _scalars(call.arguments)
+                          if not isinstance(v, bool) and v is not None and len(str(v)) >= MIN_CHECKED_CHARS
+                          and _occurs(v, earlier, earlier_n) and not _occurs(v, visible, visible_n)}
+                args = _replace(call.arguments, hidden) if hidden else call.arguments
+                if hidden:
+                    self.hidden_log.append((t, call.name, tuple(sorted(hidden))))
+                tool_calls.append({"id": f"call_{t}_{emitted + i}", "type": "function",
+                                   "function": {"name": call.name, "arguments": json.dumps(args, ensure_ascii=False)}})
+            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": tool_calls}
         else:
             message = {"role": "assistant", "content": self.reference.closing_for(turn)}
         return Completion(message, self._usage(messages, tools, message))

@@ -10,9 +10,16 @@ original text form V_j. Events come from the recorded transcript
 
 Each method gets its own fresh graph session per episode (policies may store
 artifacts, and none may see another's), grown incrementally turn by turn as a
-live agent would grow it. Policies are built once per method; all share one
-cached embedder, so a result's embedding is computed once per run (and reused
-across runs through the on-disk cache).
+live agent would grow it, and renders before every turn (stateful policies such
+as summarisers evolve as they would live). Policies are built once per method.
+
+Speed without changing a number: all policies share one embedding layer over
+the on-disk cache (an episode's results and likely queries are embedded in one
+batch, once for all methods), one compaction memo, and a memoising token
+counter, so the per-method cost is the policy's own work plus its session.
+Two audits guard the metric: a result claimed visible must appear with its
+complete original text (else :class:`ReplayError`), and each render's history
+tokens are recounted from its messages for the over-budget count.
 """
 
 from __future__ import annotations
@@ -103,22 +110,50 @@ class ReplayResult:
 
 
 class _MemoCounter(TokenCounter):
-    """The project's token counter, memoised on the text.
+    """The project's token counter, memoised; counts are identical to :class:`TokenCounter`'s.
 
     Every method's session of an episode stores the same messages, and every
-    render re-counts what it assembles; memoising makes each distinct text cost
-    one tokenisation per episode. Counts are identical to :class:`TokenCounter`'s.
+    render re-counts what it assembles; memoising texts (and plain-string
+    messages, keyed on what their count depends on) makes each cost one
+    tokenisation per episode instead of one per method and render.
     """
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         super().__init__(encoding)
-        self._memo: dict[str, int] = {}
+        self._texts: dict[str, int] = {}
+        self._messages: dict[tuple[Any, ...], int] = {}
+
+    def clear(self) -> None:
+        self._texts.clear()
+        self._messages.clear()
 
     def text(self, text: str) -> int:
-        n = self._memo.get(text)
+        n = self._texts.get(text)
         if n is None:
-            n = self._memo[text] = super().text(text)
+            n = self._texts[text] = super().text(text)
         return n
+
+    def message(self, msg: Message | dict[str, Any]) -> int:
+        key = self._message_key(msg) if isinstance(msg, dict) else None
+        if key is None:
+            return super().message(msg)
+        n = self._messages.get(key)
+        if n is None:
+            n = self._messages[key] = super().message(msg)  # validates the first occurrence
+        return n
+
+    @staticmethod
+    def _message_key(msg: dict[str, Any]) -> tuple[Any, ...] | None:
+        content = msg.get("content")
+        if content is not None and not isinstance(content, str):
+            return None  # content parts: let the counter normalise them
+        calls = []
+        for c in msg.get("tool_calls") or ():
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+                return None
+            calls.append((fn["name"], fn["arguments"]))
+        return (msg.get("role"), msg.get("tool_call_id"), content, tuple(calls))
 
 
 class MemoCompactor:
@@ -132,6 +167,16 @@ class MemoCompactor:
         self.inner = inner
         self.name = inner.name
         self._memo: dict[tuple[str, int, str | None], tuple[str, Usage]] = {}
+        # The extractive stand-in tokenises every line it weighs, and successive summaries of an
+        # episode weigh the same lines again: give it the memoising counter (same counts).
+        counter = getattr(inner, "counter", None)
+        if type(counter) is TokenCounter:
+            inner.counter = _MemoCounter(counter.encoding_name)
+
+    def clear(self) -> None:
+        self._memo.clear()
+        if isinstance(getattr(self.inner, "counter", None), _MemoCounter):
+            self.inner.counter.clear()
 
     def compact(self, text: str, max_tokens: int, *, instructions: str | None = None) -> tuple[str, Usage]:
         key = (text, max_tokens, instructions)
@@ -178,6 +223,53 @@ class SharedEmbeddings:
         return vecs[0], usage
 
 
+@dataclass
+class Shared:
+    """What a run's policies share: one embedding layer and one compaction memo (either may be None).
+
+    :meth:`prewarm` embeds an episode's likely texts in one batch before its
+    renders; :meth:`clear` drops the episode's memos so memory stays bounded.
+    """
+
+    embedder: SharedEmbeddings | None = None
+    compactor: MemoCompactor | None = None
+
+    def prewarm(self, episode: Episode) -> None:
+        if self.embedder is not None:
+            self.embedder.embed_documents(likely_embedded_texts(episode))
+
+    def clear(self) -> None:
+        if self.embedder is not None:
+            self.embedder.clear()
+        if self.compactor is not None:
+            self.compactor.clear()
+
+
+def build_policies(methods: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None = None, *,
+                   embedder: Any = None, compactor: Any = None) -> tuple[dict[str, Any], Shared]:
+    """Build each method once from ``conf/method/<name>.yaml`` (any name there works).
+
+    All policies get one :class:`SharedEmbeddings` over ``embedder`` and one
+    :class:`MemoCompactor` over ``compactor``; pass the returned :class:`Shared`
+    to :func:`replay`. Its embedder is None when no policy takes one (nothing to prewarm).
+    """
+    from hydra.utils import get_class
+
+    from contextrender.config import build_policy, method_config
+
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods listed twice: {list(methods)}")
+    shared_emb = SharedEmbeddings(embedder) if embedder is not None else None
+    memo_compactor = MemoCompactor(compactor) if compactor is not None else None
+    policies: dict[str, Any] = {}
+    uses_embedder = False
+    for name in methods:
+        cfg = method_config(name, dict((overrides or {}).get(name, {}) or {}))
+        uses_embedder = uses_embedder or "embedder" in inspect.signature(get_class(cfg._target_)).parameters
+        policies[name] = build_policy(cfg, embedder=shared_emb, compactor=memo_compactor)
+    return policies, Shared(shared_emb if uses_embedder else None, memo_compactor)
+
+
 def history_tokens(session: Session, rendered: Rendered) -> int:
     """Tok(H_t) recounted from the rendered messages: all but the system prompt and current user message."""
     scope = Scope.of(session)
@@ -187,8 +279,9 @@ def history_tokens(session: Session, rendered: Rendered) -> int:
     return session.counter.messages(list(rendered.messages)) - outside
 
 
-def _shown_in_full(rendered: Rendered) -> set[tuple[str, str]]:
-    out = set()
+def _shown_in_full(rendered: Rendered) -> set[tuple[Any, str]]:
+    """(tool_call_id, content) of every tool message in the render."""
+    out: set[tuple[Any, str]] = set()
     for m in rendered.messages:
         if m.get("role") == "tool":
             content = m.get("content")
@@ -292,13 +385,12 @@ def likely_embedded_texts(episode: Episode, task_chars: int = 2000) -> list[str]
 
 
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
-           *, embedder: SharedEmbeddings | None = None, total: int | None = None, progress: bool = True,
+           *, shared: Shared | None = None, total: int | None = None, progress: bool = True,
            skipped: Any = None, on_render: RenderHook | None = None) -> ReplayResult:
     """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
 
-    ``embedder``: the shared embedder the policies were built with (see
-    :func:`build_policies`); each episode's tool results are embedded in one
-    batch before its renders, and its memo is dropped after the episode.
+    ``shared``: what the policies were built to share (see :func:`build_policies`);
+    it is prewarmed before each episode and cleared after it.
     ``skipped``: an object whose ``.skipped`` is read after iteration (a
     :class:`~experiments.traces.TraceReader`).
     """
@@ -309,13 +401,13 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     bar = tqdm(episodes, total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     for episode in bar:
-        if embedder is not None:
-            embedder.embed_documents(likely_embedded_texts(episode))
+        if shared is not None:
+            shared.prewarm(episode)
         # One graph connection per episode: closing it drops the sessions it cached in memory.
         with ContextGraph(graph_path) as graph:
             pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, prefix, on_render)
-        if embedder is not None:
-            embedder.clear()
+        if shared is not None:
+            shared.clear()
         n += 1
     bar.close()
     return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies)
@@ -378,31 +470,6 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 # -- entry point ----------------------------------------------------------------------
 
-def build_policies(methods: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None = None, *,
-                   embedder: Any = None, compactor: Any = None) -> tuple[dict[str, Any], SharedEmbeddings | None]:
-    """Build each method once from ``conf/method/<name>.yaml`` (any name there works).
-
-    All policies get one :class:`SharedEmbeddings` over ``embedder`` and one
-    :class:`MemoCompactor` over ``compactor``. Returns the policies by name and
-    the shared embedder if any policy takes one (else None).
-    """
-    from hydra.utils import get_class
-
-    from contextrender.config import build_policy, method_config
-
-    if len(set(methods)) != len(methods):
-        raise ValueError(f"methods listed twice: {list(methods)}")
-    shared = SharedEmbeddings(embedder) if embedder is not None else None
-    memo_compactor = MemoCompactor(compactor) if compactor is not None else None
-    policies: dict[str, Any] = {}
-    uses_embedder = False
-    for name in methods:
-        cfg = method_config(name, dict((overrides or {}).get(name, {}) or {}))
-        uses_embedder = uses_embedder or "embedder" in inspect.signature(get_class(cfg._target_)).parameters
-        policies[name] = build_policy(cfg, embedder=shared, compactor=memo_compactor)
-    return policies, (shared if uses_embedder else None)
-
-
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Replay ``cfg.traces`` and write ``cfg.output``; returns the JSON written."""
     from hydra.utils import instantiate
@@ -418,8 +485,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     extra = {"cache_path": cfg.embedding_cache} if cfg.get("embedding_cache") else {}
     embedder = instantiate(cfg.embedding, **extra)
     compactor = instantiate(cfg.compactor)
-    overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
-    assert isinstance(overrides, dict)
+    raw = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+    assert isinstance(raw, dict)
+    overrides = {str(k): dict(v or {}) for k, v in raw.items()}
     policies, shared = build_policies(methods, overrides, embedder=embedder, compactor=compactor)
 
     reader = read_traces(cfg.traces, strict=bool(cfg.strict))
@@ -432,9 +500,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cr-replay-") as tmp:
         graph_path = cfg.graph or os.path.join(tmp, "graph.sqlite")
-        result = replay(episodes, policies, budget, graph_path, embedder=shared,
+        result = replay(episodes, policies, budget, graph_path, shared=shared,
                         total=total, progress=bool(cfg.progress), skipped=reader)
     elapsed = time.perf_counter() - t0
+    for name, t in result.methods.items():
+        if t.budgeted and t.over_budget:
+            log.error("%s rendered more than B=%d tokens in %d of %d renders", name, budget, t.over_budget, t.renders)
     out = result.to_json()
     write_json(cfg.output, out)
     paper = OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") else None

@@ -81,10 +81,11 @@ class BFCLTask:
         from .backend import parse_call_string
 
         turns = tuple(tuple(ScriptedCall(*parse_call_string(call)) for call in turn) for turn in self.ground_truth)
+        kwargs: dict[str, Any] = {"turns": turns}
         groups = self.parallel_groups()
         if any(groups) and "groups" in {f.name for f in dataclasses.fields(Reference)}:
-            return Reference(turns=turns, groups=groups)
-        return Reference(turns=turns)
+            kwargs["groups"] = groups
+        return Reference(**kwargs)
 
     def parallel_groups(self, max_steps: int = MAXIMUM_STEP_LIMIT, min_chars: int = 4) -> tuple[tuple[int, ...], ...]:
         """Per turn, sizes of consecutive ground-truth calls to emit together as parallel calls.

@@ -1,0 +1,327 @@
+"""Trace files, replay through policies, and the ``experiments.replay`` Hydra CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.paper import paper_results, paper_value
+from contextrender import ExtractiveCompactor, HashingEmbedder
+from contextrender.config import CONF_DIR
+from contextrender.events import Message
+from contextrender.render import Rendered, Scope, assemble, marker_text
+from experiments.recall import count_events, reuse_events
+from experiments.replay import (
+    ReplayError,
+    SharedEmbeddings,
+    build_policies,
+    history_tokens,
+    likely_embedded_texts,
+    markdown_table,
+    replay,
+)
+from experiments.traces import Episode, TraceError, count_lines, read_traces, write_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+FIXTURES = [DATA / "react_traces.jsonl", DATA / "parallel_agent_traces.jsonl"]
+CR_METHODS = ["contextrender", "cr_recency", "cr_relevance", "cr_recency_relevance"]
+
+
+def episodes(*paths: Path) -> list[Episode]:
+    return [e for p in paths for e in read_traces(p)]
+
+
+def call(cid: str, name: str, args: dict) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+# -- traces -----------------------------------------------------------------------------
+
+def test_write_and_read_roundtrip(tmp_path):
+    path = tmp_path / "t.jsonl"
+    msgs = [{"role": "user", "content": "héllo"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "f", {"a": 1})]},
+            {"role": "tool", "tool_call_id": "c1", "content": "line1\nline2"}]
+    write_trace(path, "t1", msgs)
+    write_trace(path, "t2", msgs[:1])
+    eps = list(read_traces(path))
+    assert [(e.task_id, e.line) for e in eps] == [("t1", 1), ("t2", 2)]
+    assert list(eps[0].messages) == msgs and eps[0].assistant_indices == (1,)
+    assert count_lines(path) == 2
+
+
+def test_write_trace_validates(tmp_path):
+    with pytest.raises(TraceError, match="message 1: tool result for call id 'zz'"):
+        write_trace(tmp_path / "t.jsonl", "bad", [{"role": "user", "content": "x"},
+                                                  {"role": "tool", "tool_call_id": "zz", "content": "y"}])
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_strict_reading_names_the_line():
+    with pytest.raises(TraceError, match=r"malformed_traces\.jsonl:2: invalid JSON"):
+        list(read_traces(DATA / "malformed_traces.jsonl"))
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"task_id": 7, "messages": []}', "'task_id' must be a non-empty string"),
+    ('{"task_id": "a", "messages": []}', "'messages' is empty"),
+    ('[1, 2]', "expected a JSON object"),
+    ('{"task_id": "a", "messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]}',
+     "message 0: tool_calls[0] needs function.name"),
+    ('{"task_id": "a", "messages": [{"role": "user", "content": 5}]}', "message 0: 'content' must be"),
+])
+def test_problems_are_named(tmp_path, line, problem):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"task_id": "ok", "messages": [{"role": "user", "content": "x"}]}\n\n' + line + "\n")
+    with pytest.raises(TraceError) as err:
+        list(read_traces(path))
+    assert f"t.jsonl:3: {problem}" in str(err.value)
+
+
+def test_invalid_utf8_is_a_line_error(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"task_id": "\xff", "messages": []}\n')
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: not valid UTF-8"):
+        list(read_traces(path))
+
+
+def test_lenient_reading_skips_and_counts():
+    reader = read_traces(DATA / "malformed_traces.jsonl", strict=False)
+    assert [e.task_id for e in reader] == ["ok_1", "ok_2"]
+    assert reader.skipped == 5
+    assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in reader.errors] == ["2", "3", "4", "5", "8"]
+
+
+# -- replay -----------------------------------------------------------------------------
+
+@pytest.fixture
+def embedder():
+    return HashingEmbedder(dim=256)
+
+
+def run_replay(tmp_path, eps, methods, budget, embedder, on_render=None, compactor=None):
+    policies, shared = build_policies(methods, embedder=embedder, compactor=compactor or ExtractiveCompactor())
+    return replay(eps, policies, budget, tmp_path / "graph.sqlite", shared=shared, progress=False,
+                  on_render=on_render)
+
+
+def test_session_holds_exactly_the_messages_before_each_turn(tmp_path, embedder):
+    eps = episodes(*FIXTURES)
+    seen: list[tuple[str, int, int, int]] = []
+
+    def hook(name, ep, j, session, rendered):
+        idx = ep.assistant_indices[j]
+        assert session.openai_messages() == [Message.from_openai(m).to_openai() for m in ep.messages[:idx]]
+        assert session.next_invocation == j
+        seen.append((name, ep.line, j, len(session)))
+
+    run_replay(tmp_path, eps, ["contextrender", "cr_recency"], 300, embedder, hook)
+    n_turns = sum(len(e.assistant_indices) for e in eps)
+    assert len(seen) == 2 * n_turns
+
+
+def test_budget_large_enough_gives_recall_100(tmp_path, embedder):
+    eps = episodes(*FIXTURES)
+    res = run_replay(tmp_path, eps, ["contextrender"], 10**6, embedder).to_json()
+    m = res["methods"]["contextrender"]
+    assert res["events"] == 27 and m["recall"] == 100.0
+    assert all(v in (100.0, None) for v in m["recall_by_age"].values())
+
+
+def test_full_history_has_recall_100(tmp_path, embedder):
+    if not (CONF_DIR / "method" / "full.yaml").is_file():
+        pytest.skip("conf/method/full.yaml not written yet")
+    eps = episodes(*FIXTURES)
+    res = run_replay(tmp_path, eps, ["full"], 200, embedder).to_json()
+    assert res["methods"]["full"]["recall"] == 100.0
+    assert res["methods"]["full"]["max_rendered_tokens"] > 200  # Full history may exceed B
+
+
+@pytest.mark.parametrize("budget", [150, 300, 600])
+def test_budgeted_policies_stay_within_budget(tmp_path, embedder, budget):
+    eps = episodes(*FIXTURES)
+    methods = sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))  # whatever exists now
+    res = run_replay(tmp_path, eps, methods, budget, embedder)
+    n_turns = sum(len(e.assistant_indices) for e in eps)
+    for name, tally in res.methods.items():
+        s = tally.summary()
+        assert s["renders"] == n_turns
+        if tally.budgeted:
+            assert s["over_budget_renders"] == 0, name
+            assert s["max_rendered_tokens"] <= budget, name
+        assert s["recall"] is not None and 0.0 <= s["recall"] <= 100.0
+
+
+def test_recall_drops_with_budget(tmp_path, embedder):
+    eps = episodes(*FIXTURES)
+    r = {b: run_replay(tmp_path, eps, ["contextrender"], b, embedder).methods["contextrender"].stats.pct
+         for b in (150, 10**6)}
+    assert r[150] < r[10**6] == 100.0
+
+
+class ScriptedPolicy:
+    """Shows in full exactly the results scheduled for each turn; the rest as omission markers."""
+
+    budgeted = True
+
+    def __init__(self, schedule, claim_extra=()):
+        self.name = "scripted"
+        self.schedule = schedule
+        self.claim_extra = set(claim_extra)
+
+    def render(self, session, budget):
+        scope = Scope.of(session)
+        show = set(self.schedule.get(session.next_invocation, ()))
+        results = scope.history_results(session)
+        bodies = {s: marker_text(session, s) for s in results if s not in show}
+        msgs = tuple(assemble(session, scope, scope.history, bodies))
+        draft = Rendered(msgs, 0, frozenset())
+        visible = frozenset(s for s in results if s in show) | (self.claim_extra & set(results))
+        return Rendered(msgs, history_tokens(session, draft), visible)
+
+
+def _chain_episode() -> Episode:
+    """Result at seq 2 (invocation 0) holds KEY_ALPHA; turns 1, 2, 3 and 5 use it."""
+    msgs = [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c0", "f", {})]},
+            {"role": "tool", "tool_call_id": "c0", "content": "KEY_ALPHA"}]
+    for j in range(1, 6):
+        msgs.append({"role": "assistant", "content": "KEY_ALPHA" if j in (1, 2, 3, 5) else "hmm",
+                     "tool_calls": [call(f"c{j}", "f", {})]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{j}", "content": "nothing"})
+    return Episode("chain", tuple(msgs), 1)
+
+
+def test_result_reselected_after_omission(tmp_path):
+    ep = _chain_episode()
+    assert [(e.j, e.age) for e in reuse_events(list(ep.messages))] == [(1, 1), (2, 2), (3, 3), (5, 5)]
+    policy = ScriptedPolicy({1: {2}, 2: set(), 3: {2}, 5: {2}})  # shown, omitted, shown again
+    res = replay([ep], {"scripted": policy}, 10**6, tmp_path / "g.sqlite", progress=False)
+    stats = res.methods["scripted"].stats
+    assert (stats.events, stats.hits) == (4, 3)
+    assert stats.pct_by_age == {"le3": pytest.approx(200 / 3), "4_10": 100.0, "11_25": None, "gt25": None}
+
+
+def test_claiming_an_omitted_result_visible_is_an_error(tmp_path):
+    policy = ScriptedPolicy({}, claim_extra={2})
+    with pytest.raises(ReplayError, match="claimed visible"):
+        replay([_chain_episode()], {"scripted": policy}, 10**6, tmp_path / "g.sqlite", progress=False)
+
+
+def test_compacted_result_counts_as_not_visible(tmp_path, embedder):
+    filler = "\n".join("plain filler words that say nothing much at all here" for _ in range(150))
+    big = filler + "\nthe secret is SECRET_KEY_ZX9\n" + filler
+    msgs = [{"role": "system", "content": "agent"}, {"role": "user", "content": "Find the secret."},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "read_file", {"path": "a.txt"})]},
+            {"role": "tool", "tool_call_id": "c1", "content": big},
+            {"role": "assistant", "content": "Reading more.", "tool_calls": [call("c2", "noop", {})]},
+            {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+            {"role": "assistant", "content": "The secret is SECRET_KEY_ZX9."}]
+    ep = Episode("compact", tuple(msgs), 1)
+    shown: dict[int, str] = {}
+
+    def hook(name, ep, j, session, rendered):
+        tool_msgs = [m for m in rendered.messages if m.get("tool_call_id") == "c1"]
+        shown[j] = tool_msgs[0]["content"] if tool_msgs else ""
+        if j == 2:
+            assert 3 not in rendered.visible
+
+    res = run_replay(tmp_path, [ep], ["contextrender"], 400, embedder, hook)
+    assert "SECRET_KEY_ZX9" in shown[2] and shown[2] != big  # the compacted form carries the token...
+    assert res.methods["contextrender"].stats.pct == 0.0  # ...but only the complete original text counts
+    assert res.methods["contextrender"].over_budget == 0
+
+
+def test_shared_embeddings_are_computed_once(tmp_path):
+    from contextrender import CachedEmbedder
+
+    inner = CachedEmbedder(HashingEmbedder(dim=64), tmp_path / "emb.sqlite")
+    eps = episodes(DATA / "react_traces.jsonl")
+    policies, shared = build_policies(CR_METHODS, embedder=inner, compactor=ExtractiveCompactor())
+    assert isinstance(shared.embedder, SharedEmbeddings)
+    replay(eps, policies, 300, tmp_path / "g.sqlite", shared=shared, progress=False)
+    distinct = {t[: inner.max_chars] for e in eps for t in likely_embedded_texts(e)}
+    assert inner.misses >= len(distinct)
+    # Four policies, yet the model saw each text about once (queries not guessed may add a few).
+    assert inner.misses <= len(distinct) + 5
+
+
+def test_markdown_table_puts_paper_values_beside_ours(tmp_path, embedder):
+    eps = episodes(*FIXTURES)
+    res = run_replay(tmp_path, eps, ["contextrender", "cr_recency"], 6000, embedder)
+    paper = {"table": "table2", "model": "gpt-4.1", "benchmark": "appworld_test_normal"}
+    md = markdown_table(res, paper)
+    assert "| contextrender | 100.0 (87.2) |" in md and "(99.3)" in md
+    md_other_budget = markdown_table(run_replay(tmp_path, eps, ["contextrender"], 3000, embedder), paper)
+    assert "(87.2)" not in md_other_budget  # Table 2 is at B = 6000 only
+
+
+def test_paper_values():
+    assert paper_value("table2", "gpt-4.1", "appworld_test_normal", "contextrender", "later_used_recall") == 87.2
+    assert paper_value("table2", "gpt-4.1", "moqa8", "cr_recency", "later_used_recall", budget=6000) == 86.0
+    assert paper_value("table2", "gpt-4.1", "moqa8", "cr_recency", "later_used_recall", budget=3000) is None
+    assert paper_value("table4", "gpt-4.1", "appworld_test_normal", "full", "reuse_events_total") == 3174
+    assert paper_value("table2", "gpt-4.1", "moqa8", "no_such_method", "f1") is None
+    df = paper_results()
+    assert set(df.columns) == {"table", "model", "benchmark", "method", "budget", "metric", "value"}
+    t4 = df[(df.table == "table4") & df.metric.str.startswith("reuse_events_age")]
+    assert t4.value.sum() == 3174  # the age bins add up to the total
+
+
+# -- CLI --------------------------------------------------------------------------------
+
+def cli(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CONTEXTRENDER_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.replay", "embedding=hashing", "progress=false",
+         f"hydra.run.dir={tmp_path / 'hydra'}", *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_end_to_end(tmp_path):
+    traces = tmp_path / "all.jsonl"
+    traces.write_text("".join(p.read_text() for p in FIXTURES))
+    out = tmp_path / "out" / "recall.json"
+    proc = cli(tmp_path, f"traces={traces}", "budget=300", "methods=[contextrender,cr_recency]", f"output={out}")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods"]
+    assert (res["budget"], res["traces"], res["skipped_lines"]) == (300, 3, 0)
+    eps = episodes(*FIXTURES)
+    counts = sum((count_events(reuse_events(list(e.messages))) for e in eps), count_events([]))
+    assert res["events"] == counts.events == sum(res["events_by_age"].values())
+    assert list(res["events_by_age"]) == ["le3", "4_10", "11_25", "gt25"]
+    assert list(res["methods"]) == ["contextrender", "cr_recency"]
+    for m in res["methods"].values():
+        assert list(m) == ["recall", "recall_by_age", "mean_rendered_tokens", "max_rendered_tokens",
+                           "over_budget_renders", "renders"]
+        assert list(m["recall_by_age"]) == ["le3", "4_10", "11_25", "gt25"]
+        assert m["over_budget_renders"] == 0 and m["max_rendered_tokens"] <= 300
+        assert m["renders"] == sum(len(e.assistant_indices) for e in eps)
+    assert "| method | recall |" in proc.stdout and "| contextrender |" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cli_lenient_and_strict(tmp_path):
+    bad = DATA / "malformed_traces.jsonl"
+    out = tmp_path / "r.json"
+    proc = cli(tmp_path, f"traces={bad}", "strict=false", "methods=[cr_recency]", f"output={out}")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert (res["traces"], res["skipped_lines"], res["events"]) == (2, 5, 1)
+    proc = cli(tmp_path, f"traces={bad}", "methods=[cr_recency]", f"output={tmp_path / 's.json'}")
+    assert proc.returncode != 0 and "malformed_traces.jsonl:2: invalid JSON" in proc.stderr
+    assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.slow
+def test_cli_unknown_method_fails(tmp_path):
+    proc = cli(tmp_path, f"traces={FIXTURES[0]}", "methods=[no_such_method]", f"output={tmp_path / 'x.json'}")
+    assert proc.returncode != 0 and "unknown method 'no_such_method'" in proc.stderr
