@@ -119,7 +119,7 @@ class LLMCompactor:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
         usage = Usage()
         out = ""
-        for attempt in range(2):  # re-ask once if the summary overshoots, then truncate
+        for _ in range(2):  # re-ask once if the summary overshoots, then truncate
             resp = litellm.completion(model=self.model, messages=messages, max_tokens=max_tokens, **self.kwargs)
             out = resp.choices[0].message.content or ""
             u = resp.usage

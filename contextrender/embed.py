@@ -179,15 +179,15 @@ class CachedEmbedder:
                 q = f"SELECT key, vec FROM emb WHERE model = ? AND key IN ({','.join('?' * len(chunk))})"
                 for k, blob in self._db.execute(q, [self.name, *chunk]):
                     found[k] = np.frombuffer(blob, dtype=np.float32)
-        todo = sorted({k: t for k, t in zip(keys, clipped) if k not in found}.items())
+        todo = sorted({k: t for k, t in zip(keys, clipped, strict=True) if k not in found}.items())
         self.hits += len(keys) - len(todo)
         self.misses += len(todo)
         if todo:
             vecs = _unit(self.inner._embed([t for _, t in todo]))
             with self._lock:
                 self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?,?,?)",
-                                     [(self.name, k, v.tobytes()) for (k, _), v in zip(todo, vecs)])
-            found.update({k: v for (k, _), v in zip(todo, vecs)})
+                                     [(self.name, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)])
+            found.update({k: v for (k, _), v in zip(todo, vecs, strict=True)})
         mat = np.stack([found[k] for k in keys]) if keys else np.zeros((0, self.dim), dtype=np.float32)
         return mat, self.inner._usage(clipped)
 

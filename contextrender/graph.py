@@ -213,7 +213,7 @@ class Session:
 
     def _load(self) -> None:
         q = self.graph._query
-        for seq, role, content, calls, tcid, name, inv, ntok, digest in q(
+        for _seq, role, content, calls, tcid, name, inv, ntok, digest in q(
             "SELECT seq, role, content, tool_calls, tool_call_id, name, invocation, ntok, digest "
             "FROM messages WHERE session_id = ? ORDER BY seq", (self.id,)):
             tool_calls = tuple(ToolCall(**c) for c in json.loads(calls)) if calls else ()
@@ -457,8 +457,8 @@ class Session:
             vecs, usage = embedder.embed_documents(texts)
             with self.graph._tx() as db:
                 db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
-                               [(self.id, s, model, v.astype(np.float32).tobytes()) for s, v in zip(missing, vecs)])
-            for s, v in zip(missing, vecs):
+                               [(self.id, s, model, v.astype(np.float32).tobytes()) for s, v in zip(missing, vecs, strict=True)])
+            for s, v in zip(missing, vecs, strict=True):
                 store[s] = v.astype(np.float32)
         if not seqs:
             return np.zeros((0, getattr(embedder, "dim", 0)), dtype=np.float32), usage

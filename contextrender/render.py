@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .events import Message, Usage
-from .graph import Session, omission_marker
 import numpy as np
 
+from .events import Usage
+from .graph import Session, omission_marker
 from .tokens import MESSAGE_OVERHEAD
 
 

@@ -23,7 +23,7 @@ TOOL_CALL_OVERHEAD = 3
 DEFAULT_ENCODING = "o200k_base"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 

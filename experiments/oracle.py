@@ -66,11 +66,12 @@ class Reference:
         return self.closing[turn] if turn < len(self.closing) else "Done."
 
 
-def _scalars(obj: Any) -> list[Any]:
+def scalars(obj: Any) -> list[Any]:
+    """Every scalar inside nested dicts/lists (the values an argument carries)."""
     if isinstance(obj, dict):
-        return [s for v in obj.values() for s in _scalars(v)]
+        return [s for v in obj.values() for s in scalars(v)]
     if isinstance(obj, (list, tuple)):
-        return [s for v in obj for s in _scalars(v)]
+        return [s for v in obj for s in scalars(v)]
     return [obj]
 
 
@@ -171,7 +172,7 @@ class OracleEpisode:
             earlier_n, visible_n = _numbers(earlier), _numbers(visible)
             tool_calls = []
             for i, call in enumerate(batch):
-                hidden = {str(v) for v in _scalars(call.arguments)
+                hidden = {str(v) for v in scalars(call.arguments)
                           if not isinstance(v, bool) and v is not None and len(str(v)) >= MIN_CHECKED_CHARS
                           and _occurs(v, earlier, earlier_n) and not _occurs(v, visible, visible_n)}
                 args = _replace(call.arguments, hidden) if hidden else call.arguments
@@ -190,7 +191,7 @@ class OracleEpisode:
         per_msg = [self.counter.message(m) for m in messages]
         keys = [json.dumps(m, sort_keys=True) for m in messages]
         prefix = tool_tokens
-        for a, b, n in zip(keys, self._prev, per_msg):
+        for a, b, n in zip(keys, self._prev, per_msg, strict=False):
             if a != b:
                 break
             prefix += n

@@ -110,11 +110,13 @@ class BFCLTask:
                     env.execute_call_string(call)
                 out.append(())
                 continue
+            from ...oracle import scalars  # lazy, as in reference
+
             sizes: list[int] = []
             group_results: list[str] = []
             for call in turn:
                 _, arguments = parse_call_string(call)
-                values = [str(v) for v in _scalars(arguments)
+                values = [str(v) for v in scalars(arguments)
                           if not isinstance(v, bool) and v is not None and len(str(v)) >= min_chars]
                 if sizes and not any(v in r for v in values for r in group_results):
                     sizes[-1] += 1
@@ -124,14 +126,6 @@ class BFCLTask:
                 group_results.append(env.execute_call_string(call))
             out.append(tuple(sizes))
         return tuple(out)
-
-
-def _scalars(obj: Any) -> list[Any]:
-    if isinstance(obj, dict):
-        return [s for v in obj.values() for s in _scalars(v)]
-    if isinstance(obj, (list, tuple)):
-        return [s for v in obj for s in _scalars(v)]
-    return [obj]
 
 
 def data_dir() -> Path:
