@@ -89,7 +89,8 @@ class ExtractiveCompactor:
         important = [i for i, ln in enumerate(lines) if extract_values(ln) or re.search(r"error|exception|fail", ln, re.I)]
         chosen: list[int] = []
         used = self.counter.text("Key observations:\n")
-        for pool in (important, [i for i in range(len(lines)) if i not in set(important)]):
+        important_set = set(important)
+        for pool in (important, [i for i in range(len(lines)) if i not in important_set]):
             for i in pool:
                 cost = self.counter.text(lines[i]) + 1
                 if used + cost > max_tokens:

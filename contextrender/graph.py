@@ -171,6 +171,11 @@ class ContextGraph:
             self._sessions[session_id] = s
             return s
 
+    def release(self, session_id: str) -> None:
+        """Drop a session's in-memory state (its rows stay in the file; reopen to resume)."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
     def session_ids(self) -> list[str]:
         return [r[0] for r in self._query("SELECT id FROM sessions ORDER BY created_at, id")]
 
@@ -320,19 +325,24 @@ class Session:
     def extend(self, messages: Iterable[Message | dict[str, Any]]) -> list[int]:
         return [self.add(m) for m in messages]
 
-    def sync(self, messages: Sequence[Message | dict[str, Any]]) -> int:
+    def sync(self, messages: Sequence[Message | dict[str, Any]], *, verify: str = "full") -> int:
         """Make the session hold ``messages`` (an agent's full, untrimmed list).
 
         Messages already stored must match (by content digest); the unseen tail
         is appended. Returns how many were added. Raises :class:`GraphError` if
         the agent's history diverged from the stored one, since silently
-        accepting an edited past would corrupt TFA.
+        accepting an edited past would corrupt TFA. ``verify="full"`` (default)
+        checks every stored message; ``verify="ends"`` checks only the first and
+        the last, O(1) per call, for loops that sync a growing list every turn
+        and can vouch that they never edit the middle.
         """
         n = len(self._messages)
         if len(messages) < n:
             raise GraphError(f"session {self.id!r}: got {len(messages)} messages, graph holds {n}; "
                              "pass the full history, not a trimmed one")
-        for i in range(n):
+        if verify not in ("ends", "full"):
+            raise ValueError(f"verify must be 'ends' or 'full', not {verify!r}")
+        for i in (range(n) if verify == "full" else sorted({0, n - 1}) if n else ()):
             m = Message.from_openai(messages[i], f"session {self.id!r} message {i}")
             if _digest(m) != self._digests[i]:
                 raise GraphError(f"session {self.id!r}: message {i} differs from the stored one; "
