@@ -32,11 +32,9 @@ from typing import Any
 import numpy as np
 
 from .compaction import Compactor
-from .events import Usage
 from .graph import Session
-from .render import Rendered, Scope, assemble, check_budget, fit_verbatim, marker_text, text_message_tokens
-from .scoring import matvec, relevance, usefulness
-from .selector import ContextRender, ResultScore, Selection
+from .render import Scope, marker_text, text_message_tokens
+from .selector import ContextRender, Selection, Stage, greedy
 from .tfa import match_tokens
 
 
@@ -95,144 +93,40 @@ class ContextRenderPlus(ContextRender):
                 out[i] = 1.0 - np.exp(-float(k))
         return out
 
-    def _greedy(self, util: np.ndarray, delta: np.ndarray, cand: np.ndarray, embs: np.ndarray, base: int,
-                budget: int, density: bool) -> tuple[np.ndarray, list[tuple[int, float]], float]:
-        """The paper's greedy (density=False) or its value-per-token variant; returns (chosen, picks, Σ R)."""
-        p = self.params
-        n = len(util)
-        chosen = np.zeros(n, dtype=bool)
-        dmax = np.zeros(n, dtype=np.float64)
-        picks: list[tuple[int, float]] = []
-        current = base
-        total = 0.0
-        cost = np.maximum(delta, 1).astype(np.float64)
-        while True:
-            feasible = cand & ~chosen & (current + delta <= budget)
-            if not feasible.any():
-                break
-            gain = util - p.diversity * dmax
-            key = gain
-            if density:
-                # value per token; a result no larger than its marker costs nothing: take it first
-                key = np.where(gain > 0, np.where(delta <= 0, np.inf, gain / cost), gain * cost)
-            key = np.where(feasible, key, -np.inf)
-            i = int(np.argmax(key))
-            chosen[i] = True
-            current += int(delta[i])
-            picks.append((i, float(gain[i])))
-            total += float(gain[i])
-            if p.diversity != 0.0:
-                np.maximum(dmax, matvec(embs, embs[i]), out=dmax)
-        return chosen, picks, total
+    # -- the phases of Algorithm 1 this policy extends (see ContextRender.select) --------------
 
-    # -- the algorithm -------------------------------------------------------------
+    def _stage(self, session: Session, budget: int) -> Stage | Selection:
+        st = super()._stage(session, budget)
+        if isinstance(st, Stage) and self.lexical != 0.0 and len(st.results):
+            st.util = st.util + self.lexical * self._lexical(session, st.scope, st.trim.kept, st.results, st.cand)
+        return st
 
-    def select(self, session: Session, budget: int, *, explain: bool = True) -> Selection:
-        if not (self.packing or self.stubs or self.lexical != 0.0):
-            return super().select(session, budget, explain=explain)  # documented baseline: ContextRender
-        p = self.params
-        scope = Scope.of(session)
-        results = scope.history_results(session)
-        usage = Usage()
-        embs, u = session.result_embeddings(self.embedder, results)
-        usage += u
-
-        full = scope.full_tokens(session)
-        if full <= budget:  # spec §5 step 2
-            msgs = assemble(session, scope, scope.history)
-            return Selection(Rendered(tuple(msgs), full, frozenset(results), usage), (), True, budget)
-
-        arrays = session.result_arrays()
-        n = len(results)
-        ages = (session.next_invocation - arrays.invocation).astype(np.float64)
-        counts = np.zeros(n, dtype=np.float64)
-        reuse = session.flow.reuse_scores()
-        if reuse:
-            keys = np.fromiter(reuse.keys(), dtype=np.int64, count=len(reuse))
-            counts[np.searchsorted(arrays.seqs, keys)] = np.fromiter(reuse.values(), dtype=np.float64,
-                                                                     count=len(reuse))
-        trim = fit_verbatim(session, scope, budget)
-        if len(trim.kept) == len(scope.history):
-            cand = np.ones(n, dtype=bool)
-        else:
-            cand = np.isin(arrays.seqs, np.fromiter(trim.kept, dtype=np.int64, count=len(trim.kept)))
-        rel = np.zeros(n)
-        if p.weights.relevance != 0.0 and n:
-            q, u = self._query(session, scope, trim.kept)
-            usage += u
-            rel = relevance(embs, q)
-        util = usefulness(ages, counts, rel, p)
-        if self.lexical != 0.0 and n:
-            util = util + self.lexical * self._lexical(session, scope, trim.kept, results, cand)
-
-        full_cost = arrays.ntok
-        body_cost = full_cost.copy()
-        compacted: dict[int, str] = {}
-        if self.compactor is not None:  # spec §5 step 5, as in ContextRender
-            cap = max(1, int(self.oversized_share * budget))
-            for i in np.flatnonzero(cand & (full_cost > budget)).tolist():
-                text, u = self._compacted(session, results[i], cap)
-                usage += u
-                compacted[i] = text
-                body_cost[i] = text_message_tokens(session.counter, text)
-        delta = body_cost - arrays.marker_ntok
-
-        chosen, picks, total = self._greedy(util, delta, cand, embs, trim.base_tokens, budget, density=False)
+    def _choose(self, st: Stage, budget: int) -> tuple[np.ndarray, list[tuple[int, float]]]:
+        """The paper's greedy, or — with packing — its value-per-token variant when that one
+        collects a higher total gain Σ R."""
+        args = (st.util, st.delta, st.cand, st.embs, st.trim.base_tokens, budget, self.params.diversity)
+        chosen, picks, total = greedy(*args)
         if self.packing:
-            c2, p2, t2 = self._greedy(util, delta, cand, embs, trim.base_tokens, budget, density=True)
+            c2, p2, t2 = greedy(*args, density=True)
             if t2 > total + 1e-12:
-                chosen, picks, total = c2, p2, t2
-        current = trim.base_tokens + int(delta[chosen].sum())
+                chosen, picks = c2, p2
+        return chosen, picks
 
-        omitted = np.flatnonzero(cand & ~chosen).tolist()
-        bodies: dict[int, str] = {results[i]: marker_text(session, results[i]) for i in omitted}
-        stubbed: set[int] = set()
-        if self.stubs and omitted:
-            # Stubs use only the budget left after the full results: most useful omitted result first.
-            for i in sorted(omitted, key=lambda i: (-util[i], i)):
-                seq = results[i]
-                text = self.stub_text(session, seq)
-                if text == bodies[seq]:
-                    continue
-                extra = text_message_tokens(session.counter, text) - int(arrays.marker_ntok[i])
-                if current + extra <= budget:
-                    bodies[seq] = text
-                    current += extra
-                    stubbed.add(seq)
-        for i, text in compacted.items():
-            if chosen[i]:
-                bodies[results[i]] = text
-        if trim.clipped_first_user is not None:
-            first_user = next(i for i, m in enumerate(session.messages) if m.role == "user")
-            bodies[first_user] = trim.clipped_first_user
-        msgs = assemble(session, scope, trim.kept, bodies)
-        tokens = _assembled_tokens(session, trim.kept, bodies)
-        check_budget(tokens, budget, self.name)
-        full_shown = chosen.copy()
-        full_shown[list(compacted)] = False
-        visible = frozenset(arrays.seqs[full_shown].tolist())  # stubs and compacted forms are not visible
-
-        scores: tuple[ResultScore, ...] = ()
-        if explain:
-            order = {i: (k, g) for k, (i, g) in enumerate(picks)}
-            scores = tuple(
-                ResultScore(seq=s, tool_name=session.result(s).tool_name, tokens=int(full_cost[i]),
-                            age=int(ages[i]), reuse_count=float(counts[i]), relevance=float(rel[i]),
-                            usefulness=float(util[i]), candidate=bool(cand[i]),
-                            pick=order[i][0] if i in order else None, gain=order[i][1] if i in order else None,
-                            compacted=i in compacted and bool(chosen[i]))
-                for i, s in enumerate(results))
-        return Selection(Rendered(tuple(msgs), tokens, visible, usage), scores, False, budget)
-
-
-def _assembled_tokens(session: Session, kept: tuple[int, ...], bodies: dict[int, str]) -> int:
-    """Tok(H_t) recounted from what was assembled: replaced bodies (markers, stubs, compacted
-    results, clipped task) counted afresh, everything else at its stored count."""
-    counter = session.counter
-    total = 0
-    for s in kept:
-        if s in bodies:
-            total += text_message_tokens(counter, bodies[s])
-        else:
-            total += session.ntok(s)
-    return total
+    def _bodies(self, session: Session, st: Stage, chosen: np.ndarray,
+                budget: int) -> tuple[dict[int, str], set[int]]:
+        bodies, markers = super()._bodies(session, st, chosen, budget)
+        if not (self.stubs and markers):
+            return bodies, markers
+        # Stubs use only the budget left after the full results: most useful omitted result first.
+        current = st.trim.base_tokens + int(st.delta[chosen].sum())
+        for i in sorted(np.flatnonzero(st.cand & ~chosen).tolist(), key=lambda i: (-st.util[i], i)):
+            seq = st.results[i]
+            text = self.stub_text(session, seq)
+            if text == bodies[seq]:
+                continue
+            extra = text_message_tokens(session.counter, text) - int(st.arrays.marker_ntok[i])
+            if current + extra <= budget:
+                bodies[seq] = text
+                current += extra
+                markers.discard(seq)  # a stub is counted afresh and is never visible
+        return bodies, markers

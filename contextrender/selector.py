@@ -24,8 +24,17 @@ import numpy as np
 from .compaction import Compactor
 from .embed import make_embedder
 from .events import Usage
-from .graph import Session
-from .render import Rendered, Scope, assemble, check_budget, fit_verbatim, marker_text, text_message_tokens
+from .graph import ResultArrays, Session
+from .render import (
+    Rendered,
+    Scope,
+    Trim,
+    assemble,
+    check_budget,
+    fit_verbatim,
+    marker_text,
+    text_message_tokens,
+)
 from .scoring import ScoringParams, Weights, matvec, query_vector, relevance, usefulness
 
 
@@ -54,6 +63,60 @@ class Selection:
     scores: tuple[ResultScore, ...]
     shortcut: bool  # True when the full history fit (spec §5 step 2)
     budget: int
+
+
+@dataclass
+class Stage:
+    """What Algorithm 1 knows about the candidates before the greedy (arrays in transcript order)."""
+
+    scope: Scope
+    results: list[int]  # result seqs
+    arrays: ResultArrays
+    embs: np.ndarray  # unit embeddings, one row per result
+    usage: Usage
+    ages: np.ndarray  # a_t(r)
+    counts: np.ndarray  # c_t(r)
+    rel: np.ndarray  # s_t(r)
+    util: np.ndarray  # U_t(r)
+    trim: Trim
+    cand: np.ndarray  # results whose turn survived the verbatim trim
+    delta: np.ndarray  # Tok change when a result replaces its marker (full or compacted)
+    compacted: dict[int, str]  # index -> compacted text of oversized results
+
+
+def greedy(util: np.ndarray, delta: np.ndarray, cand: np.ndarray, embs: np.ndarray, base: int, budget: int,
+           diversity: float, *, density: bool = False) -> tuple[np.ndarray, list[tuple[int, float]], float]:
+    """spec §5 step 4: add the feasible result maximising R_t(r|S) = U_t(r) − diversity·D(r,S) until
+    nothing fits; returns (chosen mask, picks as (index, R), Σ R).
+
+    ``density=True`` ranks by R per token instead (an extension used by contextrender_plus; not the
+    paper's rule): a result no larger than its marker costs nothing and is taken first.
+    """
+    n = len(util)
+    chosen = np.zeros(n, dtype=bool)
+    dmax = np.zeros(n, dtype=np.float64)  # D(r,S); D(r,∅) = 0, and max(0, ·) by starting at 0
+    picks: list[tuple[int, float]] = []
+    current = base
+    total = 0.0
+    cost = np.maximum(delta, 1).astype(np.float64)
+    while True:
+        # Recomputed each step: a result smaller than its marker lowers Tok and can reopen others.
+        feasible = cand & ~chosen & (current + delta <= budget)
+        if not feasible.any():
+            break
+        gain = util - diversity * dmax
+        key = gain
+        if density:
+            key = np.where(gain > 0, np.where(delta <= 0, np.inf, gain / cost), gain * cost)
+        # argmax returns the first maximum: transcript order, ties → older result.
+        i = int(np.argmax(np.where(feasible, key, -np.inf)))
+        chosen[i] = True
+        current += int(delta[i])
+        picks.append((i, float(gain[i])))
+        total += float(gain[i])
+        if diversity != 0.0:
+            np.maximum(dmax, matvec(embs, embs[i]), out=dmax)
+    return chosen, picks, total
 
 
 class ContextRender:
@@ -95,6 +158,18 @@ class ContextRender:
 
     def select(self, session: Session, budget: int, *, explain: bool = True) -> Selection:
         """Run Algorithm 1; with ``explain`` also return every result's scores."""
+        st = self._stage(session, budget)
+        if isinstance(st, Selection):
+            return st
+        chosen, picks = self._choose(st, budget)
+        bodies, markers = self._bodies(session, st, chosen, budget)
+        return self._finish(session, budget, st, chosen, picks, bodies, markers, explain)
+
+    # The phases below are separate so that a variant policy (contextrender_plus) extends one
+    # phase instead of copying the algorithm.
+
+    def _stage(self, session: Session, budget: int) -> Stage | Selection:
+        """Steps 1–3 and 5: scores, candidates and costs — or the full history when it fits."""
         p = self.params
         scope = Scope.of(session)
         results = scope.history_results(session)
@@ -129,65 +204,60 @@ class ContextRender:
             rel = relevance(embs, q)
         util = usefulness(ages, counts, rel, p)
 
-        full_cost = arrays.ntok
-        body_cost = full_cost.copy()
+        body_cost = arrays.ntok.copy()
         compacted: dict[int, str] = {}
         if self.compactor is not None:  # spec §5 step 5: oversized-result fallback
             cap = max(1, int(self.oversized_share * budget))
-            for i in np.flatnonzero(cand & (full_cost > budget)).tolist():
+            for i in np.flatnonzero(cand & (arrays.ntok > budget)).tolist():
                 text, u = self._compacted(session, results[i], cap)
                 usage += u
                 compacted[i] = text
                 body_cost[i] = text_message_tokens(session.counter, text)
         delta = body_cost - arrays.marker_ntok  # what adding r changes in Tok(H_t(S))
+        return Stage(scope, results, arrays, embs, usage, ages, counts, rel, util, trim, cand, delta, compacted)
 
-        # spec §5 step 4: greedy on R_t(r|S) = U_t(r) − 0.5·D(r,S).
-        chosen = np.zeros(n, dtype=bool)
-        dmax = np.zeros(n, dtype=np.float64)  # D(r,S); D(r,∅) = 0, and max(0, ·) by starting at 0
-        picks: list[tuple[int, float]] = []
-        current = trim.base_tokens
-        while True:
-            # Recomputed each step: a result smaller than its marker lowers Tok and can reopen others.
-            feasible = cand & ~chosen & (current + delta <= budget)
-            if not feasible.any():
-                break
-            gain = np.where(feasible, util - p.diversity * dmax, -np.inf)
-            # argmax returns the first maximum: transcript order, ties → older result.
-            i = int(np.argmax(gain))
-            chosen[i] = True
-            current += int(delta[i])
-            picks.append((i, float(gain[i])))
-            if p.diversity != 0.0:
-                np.maximum(dmax, matvec(embs, embs[i]), out=dmax)
+    def _choose(self, st: Stage, budget: int) -> tuple[np.ndarray, list[tuple[int, float]]]:
+        """Step 4: the greedy on R_t(r|S)."""
+        chosen, picks, _ = greedy(st.util, st.delta, st.cand, st.embs, st.trim.base_tokens, budget,
+                                  self.params.diversity)
+        return chosen, picks
 
-        # spec §5 step 6: chronological output, omitted results leave their marker.
-        bodies: dict[int, str] = {results[i]: marker_text(session, results[i])
-                                  for i in np.flatnonzero(cand & ~chosen).tolist()}
-        for i, text in compacted.items():
+    def _bodies(self, session: Session, st: Stage, chosen: np.ndarray,
+                budget: int) -> tuple[dict[int, str], set[int]]:
+        """Step 6: what replaces each result's text — its marker if omitted, its compacted form if
+        oversized — and the clipped task message; returns the bodies and the seqs showing markers."""
+        omitted = [st.results[i] for i in np.flatnonzero(st.cand & ~chosen).tolist()]
+        bodies: dict[int, str] = {s: marker_text(session, s) for s in omitted}
+        for i, text in st.compacted.items():
             if chosen[i]:
-                bodies[results[i]] = text
-        if trim.clipped_first_user is not None:
+                bodies[st.results[i]] = text
+        if st.trim.clipped_first_user is not None:
             first_user = next(i for i, m in enumerate(session.messages) if m.role == "user")
-            bodies[first_user] = trim.clipped_first_user
-        msgs = assemble(session, scope, trim.kept, bodies)
-        markers = set(results[i] for i in np.flatnonzero(cand & ~chosen).tolist())
-        tokens = _history_tokens(session, trim.kept, bodies, markers)
+            bodies[first_user] = st.trim.clipped_first_user
+        return bodies, set(omitted)
+
+    def _finish(self, session: Session, budget: int, st: Stage, chosen: np.ndarray,
+                picks: list[tuple[int, float]], bodies: dict[int, str], markers: set[int],
+                explain: bool) -> Selection:
+        """Step 6: chronological assembly, the budget check on what was assembled, explanations."""
+        msgs = assemble(session, st.scope, st.trim.kept, bodies)
+        tokens = _history_tokens(session, st.trim.kept, bodies, markers)
         check_budget(tokens, budget, self.name)
         full_shown = chosen.copy()
-        full_shown[list(compacted)] = False
-        visible = frozenset(arrays.seqs[full_shown].tolist())
+        full_shown[list(st.compacted)] = False
+        visible = frozenset(st.arrays.seqs[full_shown].tolist())
 
         scores: tuple[ResultScore, ...] = ()
         if explain:
             order = {i: (k, g) for k, (i, g) in enumerate(picks)}
             scores = tuple(
-                ResultScore(seq=s, tool_name=session.result(s).tool_name, tokens=int(full_cost[i]),
-                            age=int(ages[i]), reuse_count=float(counts[i]), relevance=float(rel[i]),
-                            usefulness=float(util[i]), candidate=bool(cand[i]),
+                ResultScore(seq=s, tool_name=session.result(s).tool_name, tokens=int(st.arrays.ntok[i]),
+                            age=int(st.ages[i]), reuse_count=float(st.counts[i]), relevance=float(st.rel[i]),
+                            usefulness=float(st.util[i]), candidate=bool(st.cand[i]),
                             pick=order[i][0] if i in order else None, gain=order[i][1] if i in order else None,
-                            compacted=i in compacted and bool(chosen[i]))
-                for i, s in enumerate(results))
-        return Selection(Rendered(tuple(msgs), tokens, visible, usage), scores, False, budget)
+                            compacted=i in st.compacted and bool(chosen[i]))
+                for i, s in enumerate(st.results))
+        return Selection(Rendered(tuple(msgs), tokens, visible, st.usage), scores, False, budget)
 
     # -- helpers ---------------------------------------------------------------
 
