@@ -21,7 +21,7 @@ EMBEDDING_USD_PER_M = 0.13
 
 
 def task_cost(input_tokens: int, output_tokens: int, embedding_tokens: int, rho: float) -> float:
-    """Eq. 3 for one task."""
+    """Eq. 3 for one task (spec §7)."""
     if not 0.0 <= rho <= 1.0:
         raise ValueError(f"cache fraction rho must be in [0, 1], got {rho}")
     per_input = INPUT_USD_PER_M * (1.0 - rho) + CACHED_INPUT_USD_PER_M * rho
@@ -41,7 +41,7 @@ def record_tokens(rec: Mapping[str, Any]) -> tuple[int, int, int, int]:
 
 
 def cache_fraction(full_records: Iterable[Mapping[str, Any]]) -> float:
-    """ρ: cached input tokens / input tokens over Full-history runs (agent calls)."""
+    """ρ: cached input tokens / input tokens over Full-history runs (agent calls; spec §7)."""
     cached = total = 0
     for rec in full_records:
         agent = rec["usage"].get("agent", {})
@@ -61,7 +61,7 @@ def upper_bound_cost(rec_usage: Mapping[str, Mapping[str, int]]) -> float:
 
 
 def comparison_set(full_records: Iterable[Mapping[str, Any]]) -> set[str]:
-    """T: task ids whose Full-history run exceeded B before some invocation."""
+    """T: task ids whose Full-history run exceeded B before some invocation (spec §7)."""
     return {r["task"] for r in full_records if r.get("exceeded_budget")}
 
 
@@ -72,14 +72,14 @@ def mean_cost(records: Iterable[Mapping[str, Any]], tasks: set[str], rho: float)
 
 
 def normalised_cost(method_mean: float | None, full_mean: float | None) -> float | None:
-    """mean_m / mean_Full — a ratio of means, not a mean of ratios."""
+    """mean_m / mean_Full — a ratio of means, not a mean of ratios (spec §7)."""
     if method_mean is None or not full_mean:
         return None
     return method_mean / full_mean
 
 
 def relative_change(cr: float | None, other: float | None) -> float | None:
-    """Table 1: (CR − m) / m."""
+    """Table 1: (CR − m) / m (spec §7)."""
     if cr is None or other is None or other == 0:
         return None
     return (cr - other) / other

@@ -223,7 +223,7 @@ COUNT_CODE = ("passwords = {a['account_name']: a['password'] for a in apis.super
 
 
 @pytest.fixture(scope="module")
-def test_normal_root(offline_bench: AppWorldBenchmark, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def released_layout_root(offline_bench: AppWorldBenchmark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A root laid out like `appworld download data`, with a hand-written test_normal.txt."""
     root = tmp_path_factory.mktemp("appworld-root")
     shutil.copytree(offline_bench.data_root() / "data", root / "data")
@@ -231,8 +231,8 @@ def test_normal_root(offline_bench: AppWorldBenchmark, tmp_path_factory: pytest.
     return root
 
 
-def test_test_normal_loads_ids_and_scores_with_appworld_evaluation(test_normal_root: Path) -> None:
-    bench = AppWorldBenchmark(dataset="test_normal", root=str(test_normal_root), keep_outputs=True, max_steps=5)
+def test_test_normal_loads_ids_and_scores_with_appworld_evaluation(released_layout_root: Path) -> None:
+    bench = AppWorldBenchmark(dataset="test_normal", root=str(released_layout_root), keep_outputs=True, max_steps=5)
     try:
         assert bench.name == "appworld_test_normal" and not bench.synthetic
         tasks = bench.tasks()  # appworld.load_task_ids on data/datasets/test_normal.txt
@@ -248,7 +248,7 @@ def test_test_normal_loads_ids_and_scores_with_appworld_evaluation(test_normal_r
         # the fenced block's output is a tool result in the graph, and a user message to the provider
         assert [session.message(r.seq).content for r in session.results] == ["3\n", "Execution successful."]
         assert good.seen[1][-1] == {"role": "user", "content": "Output:\n```\n3\n\n```"}
-        reports = list(test_normal_root.glob("experiments/outputs/*/tasks/roommatecount_1/evaluation/report.md"))
+        reports = list(released_layout_root.glob("experiments/outputs/*/tasks/roommatecount_1/evaluation/report.md"))
         assert reports and "Num Passed Tests : 2" in reports[-1].read_text()  # written by evaluate_task
 
         wrong = ScriptedModel([_call(1, "apis.supervisor.complete_task(answer=2)")])
