@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from contextrender.embed import make_embedder
+from contextrender.embed import LazyEmbedder
 from contextrender.events import Usage
 from contextrender.graph import Session
 from contextrender.render import Rendered, Scope, fit_verbatim
@@ -37,7 +37,7 @@ from contextrender.render import Rendered, Scope, fit_verbatim
 from ._common import fill, finish, full_history, selection_bodies, trim_candidates
 
 
-class SemanticRetrieval:
+class SemanticRetrieval(LazyEmbedder):
     """Recency quota (60% of B over the last 3 turns), then cosine ranking."""
 
     budgeted = True
@@ -48,12 +48,6 @@ class SemanticRetrieval:
         self._embedder = embedder
         self.recent_turns = recent_turns
         self.recent_share = recent_share
-
-    @property
-    def embedder(self) -> Any:
-        if self._embedder is None:
-            self._embedder = make_embedder("local")
-        return self._embedder
 
     def render(self, session: Session, budget: int) -> Rendered:
         scope = Scope.of(session)

@@ -197,6 +197,18 @@ class CachedEmbedder:
         return vecs[0], usage
 
 
+class LazyEmbedder:
+    """For policies: ``self.embedder`` is the injected embedder, or the offline default loaded on first use."""
+
+    _embedder: Any = None
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            self._embedder = make_embedder("local")
+        return self._embedder
+
+
 def make_embedder(backend: str = "local", *, cache: bool = True, cache_path: str | Path | None = None,
                   **kwargs: Any) -> Any:
     """Build an embedder by name: ``local`` (default), ``litellm``, ``hashing``."""

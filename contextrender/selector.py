@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .compaction import Compactor
-from .embed import make_embedder
+from .embed import LazyEmbedder
 from .events import Usage
 from .graph import ResultArrays, Session
 from .render import (
@@ -119,7 +119,7 @@ def greedy(util: np.ndarray, delta: np.ndarray, cand: np.ndarray, embs: np.ndarr
     return chosen, picks, total
 
 
-class ContextRender:
+class ContextRender(LazyEmbedder):
     """The paper's selector. Ablations are the same class with other :class:`Weights`.
 
     ``embedder`` defaults to the local sentence-transformers model;
@@ -144,12 +144,6 @@ class ContextRender:
         # Project choice (spec silent): a compacted oversized result may use at most this share of B.
         self.oversized_share = oversized_share
         self._task_emb: dict[str, np.ndarray] = {}
-
-    @property
-    def embedder(self) -> Any:
-        if self._embedder is None:
-            self._embedder = make_embedder("local")
-        return self._embedder
 
     def render(self, session: Session, budget: int) -> Rendered:
         return self.select(session, budget, explain=False).rendered
