@@ -7,7 +7,7 @@ BENCHMARK ?= bfcl_multi_turn
 BUDGET ?=
 ARGS ?=
 
-.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline
+.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline plus
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ tables: setup ## rebuild every table from the records under results/runs
 plots: setup ## rebuild the figures from the records under results/runs
 	$(PY) -m analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
 	-$(PY) -m analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
+
+plus: setup ## contextrender_plus (ours): fit on train traces, held-out recall + ceilings, oracle → results/plus
+	$(PY) -m experiments.plus_eval
 
 appworld-setup: ## create .venv-appworld (appworld==0.1.3.post1 in its own venv; PyPI needed once)
 	bash scripts/setup_appworld.sh

@@ -19,6 +19,13 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
 - ``lexical`` (W_lex): a fourth usefulness term W_lex·(1 − exp(−k)), k = number
   of the result's qualifying values that occur as whole tokens (TFA matching)
   in the current user message or the latest rendered assistant message.
+- ``terse_markers``: an omitted result's tool message says only ``[omitted]``.
+  Its tool call stays in the kept assistant message (name, arguments, call
+  id), so the paper's marker text, which repeats the tool name and call id,
+  tells the model nothing it does not already see; the tokens saved on every
+  omitted result go to full results. The verbatim trim (spec §5 step 3) is
+  still decided with the paper's markers, so the same turns are kept and the
+  candidates are the same as ContextRender's; only the room for results grows.
 - λ, γ and the weights are plain parameters; conf/method/contextrender_plus.yaml
   carries values fitted on a TRAINING split of traces (experiments/plus_eval.py).
 
@@ -33,7 +40,7 @@ import numpy as np
 
 from .compaction import Compactor
 from .graph import Session
-from .render import Scope, marker_text, text_message_tokens
+from .render import Scope, Trim, marker_text, text_message_tokens
 from .selector import ContextRender, Selection, Stage, greedy
 from .tfa import match_tokens
 
@@ -41,14 +48,18 @@ from .tfa import match_tokens
 class ContextRenderPlus(ContextRender):
     """ContextRender with budget-aware packing, value stubs and lexical relevance (switches)."""
 
+    #: What an omitted result's tool message carries with ``terse_markers`` on.
+    TERSE_MARKER = "[omitted]"
+
     def __init__(self, *, packing: bool = True, stubs: bool = True, lexical: float = 1.0,
-                 stub_max_values: int = 12, embedder: Any = None, compactor: Compactor | None = None,
+                 terse_markers: bool = True, stub_max_values: int = 12, embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
         # embedder/compactor named explicitly: build_policy injects runtime objects by signature.
         super().__init__(name=name, embedder=embedder, compactor=compactor, **kwargs)
         self.packing = bool(packing)
         self.stubs = bool(stubs)
         self.lexical = float(lexical)
+        self.terse_markers = bool(terse_markers)
         self.stub_max_values = int(stub_max_values)
         self._values: dict[tuple[str, int], tuple[str, ...]] = {}
 
@@ -64,9 +75,13 @@ class ContextRenderPlus(ContextRender):
             self._values[key] = vals
         return vals
 
+    def marker(self, session: Session, seq: int) -> str:
+        """What an omitted result leaves: the paper's marker, or ``[omitted]`` with ``terse_markers``."""
+        return self.TERSE_MARKER if self.terse_markers else marker_text(session, seq)
+
     def stub_text(self, session: Session, seq: int) -> str:
         """The omission marker plus up to ``stub_max_values`` qualifying values."""
-        marker = marker_text(session, seq)
+        marker = self.marker(session, seq)
         vals = self.values_of(session, seq)[: self.stub_max_values]
         if not vals:
             return marker
@@ -97,8 +112,17 @@ class ContextRenderPlus(ContextRender):
 
     def _stage(self, session: Session, budget: int) -> Stage | Selection:
         st = super()._stage(session, budget)
-        if isinstance(st, Stage) and self.lexical != 0.0 and len(st.results):
+        if not isinstance(st, Stage) or not len(st.results):
+            return st
+        if self.lexical != 0.0:
             st.util = st.util + self.lexical * self._lexical(session, st.scope, st.trim.kept, st.results, st.cand)
+        if self.terse_markers:
+            # An omitted candidate now costs the terse marker: lower the base by what each paper
+            # marker cost beyond it, and raise each Δ (body − marker) by the same amount.
+            terse = text_message_tokens(session.counter, self.TERSE_MARKER)
+            saving = np.where(st.cand, st.arrays.marker_ntok - terse, 0)
+            st.trim = Trim(st.trim.kept, st.trim.base_tokens - int(saving.sum()), st.trim.clipped_first_user)
+            st.delta = st.delta + saving
         return st
 
     def _choose(self, st: Stage, budget: int) -> tuple[np.ndarray, list[tuple[int, float]]]:
@@ -115,7 +139,11 @@ class ContextRenderPlus(ContextRender):
     def _bodies(self, session: Session, st: Stage, chosen: np.ndarray,
                 budget: int) -> tuple[dict[int, str], set[int]]:
         bodies, markers = super()._bodies(session, st, chosen, budget)
-        if not (self.stubs and markers):
+        if self.terse_markers:
+            for seq in markers:
+                bodies[seq] = self.TERSE_MARKER
+            markers = set()  # counted afresh from their (terse) bodies
+        if not self.stubs:
             return bodies, markers
         # Stubs use only the budget left after the full results: most useful omitted result first.
         current = st.trim.base_tokens + int(st.delta[chosen].sum())
@@ -124,7 +152,9 @@ class ContextRenderPlus(ContextRender):
             text = self.stub_text(session, seq)
             if text == bodies[seq]:
                 continue
-            extra = text_message_tokens(session.counter, text) - int(st.arrays.marker_ntok[i])
+            now = (text_message_tokens(session.counter, bodies[seq]) if self.terse_markers
+                   else int(st.arrays.marker_ntok[i]))
+            extra = text_message_tokens(session.counter, text) - now
             if current + extra <= budget:
                 bodies[seq] = text
                 current += extra

@@ -1,6 +1,6 @@
 """Held-out evaluation of contextrender_plus (NOT the paper's method) — see results/plus/plus.md.
 
-    python -m experiments.plus_eval                  # every stage
+    make plus  (= python -m experiments.plus_eval)   # every stage
     python -m experiments.plus_eval --stage fit      # traces, split, fit on TRAIN only
     python -m experiments.plus_eval --stage eval     # recall on TEST (uses results/plus/fit.json)
     python -m experiments.plus_eval --stage oracle   # oracle task accuracy, BFCL offline, B=2000
@@ -16,6 +16,11 @@ Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50)
 λ, γ, the weights and W_lex are fitted by coordinate search on the TRAIN halves only
 (objective: mean of the per-set recalls at the fit budgets); the test halves are
 replayed once, after fitting, for every method and budget.
+
+Each test replay also reports two hindsight ceilings (:class:`HindsightCeiling`, not
+policies): the most reused results any selector with the same scope could have shown,
+with the paper's markers and with contextrender_plus's terse ones. They say how much
+room a better selector has at all on a trace set.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ import numpy as np
 
 from contextrender.config import build_policy, method_config
 from contextrender.embed import make_embedder
+from contextrender.plus import ContextRenderPlus
+from contextrender.selector import Stage
 
-from .recall import AGE_BINS
+from .recall import AGE_BINS, reuse_events
 from .replay import ReplayResult, Shared, SharedEmbeddings, replay, write_json
 from .traces import Episode, read_traces
 
@@ -262,6 +269,9 @@ def write_synth(path: Path, n: int = 300, seed: int = 0) -> None:
 
 
 def ensure_traces() -> None:
+    """Record or generate whichever trace set is missing (a fresh clone has none of them)."""
+    if not TRACE_SETS["bfcl"].is_file():  # the Full runs of `make reproduce-table1`
+        _run(["+experiment=table1", "method=full", "budget=2000"])
     if not TRACE_SETS["synth"].is_file():
         write_synth(TRACE_SETS["synth"])
     if not TRACE_SETS["moqa"].is_file():
@@ -356,12 +366,13 @@ def fit(split: Mapping[str, Mapping[str, Sequence[Episode]]], rounds: int = 2) -
 def eval_specs(params: Mapping[str, float]) -> dict[str, tuple[str, dict[str, Any]]]:
     fitted = dict(params)
     paper = {"lam": 0.3, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0, "weights.recency": 1.0}
-    off = {"packing": False, "stubs": False, "lexical": 0.0}
+    off = {"packing": False, "stubs": False, "lexical": 0.0, "terse_markers": False}
     return {
         "contextrender_plus": ("contextrender_plus", fitted),
         "plus −packing": ("contextrender_plus", {**fitted, "packing": False}),
         "plus −stubs": ("contextrender_plus", {**fitted, "stubs": False}),
         "plus −lexical": ("contextrender_plus", {**fitted, "lexical": 0.0}),
+        "plus −terse markers": ("contextrender_plus", {**fitted, "terse_markers": False}),
         "plus −fit (paper λ,γ,W)": ("contextrender_plus", {**fitted, **paper}),
         "fit only (switches off)": ("contextrender_plus", {**fitted, **off}),
         "contextrender": ("contextrender", {}),
@@ -370,6 +381,63 @@ def eval_specs(params: Mapping[str, float]) -> dict[str, tuple[str, dict[str, An
         "prune": ("prune", {}),
         "full": ("full", {}),
     }
+
+
+class HindsightCeiling(ContextRenderPlus):
+    """NOT a policy: an upper bound on recall that knows which results the next step will use.
+
+    Same scope, verbatim trim and markers as ContextRender (or, with ``terse_markers``, as
+    contextrender_plus); among the candidates the recorded transcript reuses at this turn it
+    shows the smallest first while they fit — which maximises the number of shown reused
+    results, i.e. that turn's recall. No policy that shares the scope can score higher.
+    """
+
+    def __init__(self, *, terse_markers: bool, embedder: Any) -> None:
+        super().__init__(packing=False, stubs=False, lexical=0.0, terse_markers=terse_markers,
+                         embedder=embedder, name="ceiling")
+        self.future: dict[int, set[int]] = {}  # transcript index of assistant turn -> reused result seqs
+        self._used: set[int] = set()
+
+    def watch(self, episodes: Iterable[Episode]) -> Iterable[Episode]:
+        """Yield ``episodes`` unchanged, loading each one's reuse events before it is replayed."""
+        for ep in episodes:
+            fut: dict[int, set[int]] = {}
+            for e in reuse_events(list(ep.messages)):
+                fut.setdefault(ep.assistant_indices[e.j], set()).add(e.result_seq)
+            self.future = fut
+            yield ep
+
+    def _stage(self, session: Any, budget: int) -> Any:
+        self._used = self.future.get(len(session), set())
+        return super()._stage(session, budget)
+
+    def _choose(self, st: Stage, budget: int) -> tuple[np.ndarray, list[tuple[int, float]]]:
+        chosen = np.zeros(len(st.results), dtype=bool)
+        current = st.trim.base_tokens
+        targets = [i for i in np.flatnonzero(st.cand).tolist()
+                   if st.results[i] in self._used and i not in st.compacted]
+        for i in sorted(targets, key=lambda i: (int(st.delta[i]), i)):
+            if current + int(st.delta[i]) <= budget:
+                chosen[i] = True
+                current += int(st.delta[i])
+        return chosen, [(i, 0.0) for i in np.flatnonzero(chosen).tolist()]
+
+
+CEILINGS = {"hindsight ceiling (paper markers)": False, "hindsight ceiling (terse markers)": True}
+
+
+def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
+    """Replay ``episodes`` through the two :class:`HindsightCeiling` bounds."""
+    emb = _embedder()
+    pols = {name: HindsightCeiling(terse_markers=terse, embedder=emb) for name, terse in CEILINGS.items()}
+
+    def watched() -> Iterable[Episode]:
+        streams = [p.watch(episodes) for p in pols.values()]
+        yield from (eps[0] for eps in zip(*streams, strict=True))
+
+    with tempfile.TemporaryDirectory(prefix="cr-ceiling-") as tmp:
+        return replay(watched(), pols, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, None),
+                      progress=False)
 
 
 def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mapping[str, float]) -> dict[str, Any]:
@@ -381,6 +449,9 @@ def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mappi
             j = res.to_json()
             for name, t in res.methods.items():
                 j["methods"][name]["budgeted"] = t.budgeted
+            ceil = ceilings(parts["test"], b).to_json()
+            for name in CEILINGS:
+                j["methods"][name] = {**ceil["methods"][name], "budgeted": True, "reference": True}
             out.setdefault(set_name, {})[str(b)] = j
             log.info("%s B=%d: %s", set_name, b, {k: round(v["recall"] or 0, 1) for k, v in j["methods"].items()})
     return out
@@ -397,8 +468,11 @@ def _run(args: list[str]) -> None:
 def oracle(methods: Iterable[str] = ("contextrender", "contextrender_plus"), budget: int = 2000) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for bench in ("bfcl_multi_turn", "moqa8_offline"):
-        run_dir = OUT / "runs" / f"oracle_{bench}"
         for m in methods:
+            # The runner resumes by task key: a run directory per method config, so records of an
+            # earlier contextrender_plus configuration are never reused for a changed one.
+            conf = (ROOT / "conf" / "method" / f"{m}.yaml").read_bytes()
+            run_dir = OUT / "runs" / f"oracle_{bench}" / f"{m}-{hashlib.sha256(conf).hexdigest()[:10]}"
             extra = ["benchmark.n_tasks=100", "benchmark.seed=1"] if bench == "moqa8_offline" else []
             _run([f"method={m}", f"benchmark={bench}", f"budget={budget}", "experiment_name=plus_oracle",
                   f"run_dir={run_dir}", *extra])
@@ -453,18 +527,23 @@ def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str
             age = " / ".join("–" if ages[a] is None else f"{ages[a]:.0f}" for a in AGE_BINS)
             over = sum(by_b[b]["methods"][m]["over_budget_renders"] for b in budgets)
             label = f"**{m}** (ours)" if m == "contextrender_plus" else m
+            if by_b[budgets[0]]["methods"][m].get("reference"):
+                label = f"*{m}* — not a policy, knows the future"
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {age} | {over} |")
         lines.append("")
     lines += ["## Acceptance check (held-out test split, B=2000)", "",
-              "| trace set | contextrender_plus | contextrender | Δ (points) | ≥ +9? | plus over-B renders (all B) |",
-              "|---|---:|---:|---:|---|---:|"]
+              "| trace set | contextrender_plus | contextrender | Δ (points) | ≥ +9? | hindsight ceiling "
+              "(paper / terse markers) | room above contextrender | plus over-B renders (all B) |",
+              "|---|---:|---:|---:|---|---:|---:|---:|"]
     for set_name, by_b in evald.items():
         if "2000" not in by_b:
             continue
         ms = by_b["2000"]["methods"]
         a, c = ms["contextrender_plus"]["recall"], ms["contextrender"]["recall"]
+        cp, ct = (ms[k]["recall"] for k in CEILINGS)
         over = sum(by_b[b]["methods"]["contextrender_plus"]["over_budget_renders"] for b in by_b)
-        lines.append(f"| {set_name} | {a:.1f} | {c:.1f} | {a - c:+.1f} | {'yes' if a - c >= 9 else 'NO'} | {over} |")
+        lines.append(f"| {set_name} | {a:.1f} | {c:.1f} | {a - c:+.1f} | {'yes' if a - c >= 9 else 'NO'} | "
+                     f"{cp:.1f} / {ct:.1f} | {ct - c:+.1f} | {over} |")
     lines.append("")
     if orc:
         lines += ["## Oracle task accuracy at B=2000 (offline oracle, not an LLM)", "",
@@ -494,6 +573,10 @@ def plot(evald: Mapping[str, Any], path: Path) -> None:
             label = "contextrender_plus (ours, not the paper's)" if m == "contextrender_plus" else m
             ax.plot(budgets, ys, marker="o", lw=2.5 if m == "contextrender_plus" else 1.2,
                     ls="--" if m == "full" else "-", label=label)
+        for name, terse in CEILINGS.items():
+            ys = [evald[s][str(b)]["methods"][name]["recall"] for b in budgets]
+            ax.plot(budgets, ys, color="0.45", lw=1.0, ls=":" if terse else "-.",
+                    label=name.replace("hindsight ceiling", "ceiling (hindsight)"))
         ax.set_title(f"{s} (held-out test split)")
         ax.set_xlabel("history budget B (tokens)")
         ax.set_ylabel("Later-Used Result Recall (%)")

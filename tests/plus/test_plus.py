@@ -54,10 +54,11 @@ def _recount(session, rendered) -> int:
        reuse=st.lists(st.integers(0, 20), max_size=12),
        follow_up=st.one_of(st.none(), st.integers(0, 11)),
        budget=st.integers(20, 1500),
-       packing=st.booleans(), stubs=st.booleans(), lexical=st.sampled_from([0.0, 1.0, 3.0]))
-def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical):
+       packing=st.booleans(), stubs=st.booleans(), lexical=st.sampled_from([0.0, 1.0, 3.0]),
+       terse=st.booleans())
+def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, terse):
     session = _session(_transcript(sizes, reuse, follow_up))
-    pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical)
+    pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical, terse_markers=terse)
     r = pol.render(session, budget)
     assert r.tokens <= budget
     assert _recount(session, r) == r.tokens
@@ -72,9 +73,10 @@ def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lex
        reuse=st.lists(st.integers(0, 20), max_size=10),
        budget=st.integers(20, 1500))
 def test_switches_off_is_contextrender(sizes, reuse, budget):
-    """Documented baseline: packing=False, stubs=False, lexical=0 is ContextRender with the same parameters."""
+    """Documented baseline: every switch off is ContextRender with the same parameters."""
     msgs = _transcript(sizes, reuse, None)
-    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, lam=0.2, gamma=0.5)
+    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=False,
+                          lam=0.2, gamma=0.5)
     b = ContextRender(embedder=EMB, lam=0.2, gamma=0.5)
     ra, rb = a.render(_session(msgs, "a"), budget), b.render(_session(msgs, "b"), budget)
     assert ra.messages == rb.messages and ra.tokens == rb.tokens and ra.visible == rb.visible
@@ -106,11 +108,32 @@ def test_packing_prefers_several_small_over_one_large():
     assert len(packed.visible) >= len(plain.visible)
 
 
+def test_terse_markers_spend_the_saved_tokens_on_results():
+    # Ten small results, then a last one that fits only if the omitted ones' markers are terse.
+    msgs = _transcript([60] * 10 + [5], list(range(10)), None)
+    paper = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=False)
+    terse = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=True)
+    found = False
+    for budget in range(300, 1600, 25):
+        a, b = paper.render(_session(msgs, f"p{budget}"), budget), terse.render(_session(msgs, f"t{budget}"), budget)
+        assert b.tokens <= budget and a.tokens <= budget
+        sb = _session(msgs, f"x{budget}")
+        assert _recount(sb, b) == b.tokens  # the terse bodies are what is charged to B
+        omitted = [m for m in b.messages if m["role"] == "tool" and m["content"] == ContextRenderPlus.TERSE_MARKER]
+        calls = {c["id"] for m in b.messages if m["role"] == "assistant" for c in (m.get("tool_calls") or [])}
+        assert all(m["tool_call_id"] in calls for m in omitted)  # the call that names the result stays
+        # same turns kept (the trim is decided with the paper's markers), never fewer results shown
+        assert [m.get("tool_call_id") for m in a.messages] == [m.get("tool_call_id") for m in b.messages]
+        assert len(b.visible) >= len(a.visible)
+        found = found or len(b.visible) > len(a.visible)
+    assert found, "at some budget the saved marker tokens should make room for one more result"
+
+
 def test_config_instantiates():
     p = build_policy(method_config("contextrender_plus"), embedder=EMB)
     assert isinstance(p, ContextRenderPlus) and p.name == "contextrender_plus"
     assert p.embedder is EMB  # runtime embedder injected (never the default local model)
-    assert p.packing and p.stubs and p.lexical > 0 and p.params.lam == 0.1
+    assert p.packing and p.stubs and p.lexical > 0 and p.terse_markers and p.params.lam == 0.1
     q = build_policy(method_config("contextrender_plus", {"packing": False, "stubs": False, "lexical": 0.0}),
                      embedder=EMB)
     assert not q.packing and not q.stubs and q.lexical == 0.0
