@@ -26,6 +26,13 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   omitted result go to full results. The verbatim trim (spec §5 step 3) is
   still decided with the paper's markers, so the same turns are kept and the
   candidates are the same as ContextRender's; only the room for results grows.
+- ``compact_omitted`` (needs a compactor): an omitted result larger than the
+  oversized cap (``oversized_share``·B) is shown in its compacted form when
+  that fits in the budget left after the full results — the paper compacts
+  only results larger than B (spec §5 step 5), so a result just under B is
+  either shown whole or lost. Placed like stubs (most useful first, never
+  displacing a full result), cached in the graph per (result, cap) like the
+  fallback's; never visible (spec §7). Results not compacted keep their stub.
 - λ, γ and the weights are plain parameters; conf/method/contextrender_plus.yaml
   carries values fitted on a TRAINING split of traces (experiments/plus_eval.py).
 
@@ -52,7 +59,7 @@ class ContextRenderPlus(ContextRender):
     TERSE_MARKER = "[omitted]"
 
     def __init__(self, *, packing: bool = True, stubs: bool = True, lexical: float = 1.0,
-                 terse_markers: bool = True, stub_max_values: int = 12, embedder: Any = None, compactor: Compactor | None = None,
+                 terse_markers: bool = True, compact_omitted: bool = True, stub_max_values: int = 12, embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
         # embedder/compactor named explicitly: build_policy injects runtime objects by signature.
         super().__init__(name=name, embedder=embedder, compactor=compactor, **kwargs)
@@ -60,6 +67,7 @@ class ContextRenderPlus(ContextRender):
         self.stubs = bool(stubs)
         self.lexical = float(lexical)
         self.terse_markers = bool(terse_markers)
+        self.compact_omitted = bool(compact_omitted)
         self.stub_max_values = int(stub_max_values)
         self._values: dict[tuple[str, int], tuple[str, ...]] = {}
 
@@ -143,20 +151,33 @@ class ContextRenderPlus(ContextRender):
             for seq in markers:
                 bodies[seq] = self.TERSE_MARKER
             markers = set()  # counted afresh from their (terse) bodies
-        if not self.stubs:
+        if not (self.stubs or (self.compact_omitted and self.compactor is not None)):
             return bodies, markers
-        # Stubs use only the budget left after the full results: most useful omitted result first.
+        # Both use only the budget left after the full results, most useful omitted result first:
+        # a large result gets its compacted form when that fits, any other omitted one its stub.
         current = st.trim.base_tokens + int(st.delta[chosen].sum())
+        cap = max(1, int(self.oversized_share * budget))
         for i in sorted(np.flatnonzero(st.cand & ~chosen).tolist(), key=lambda i: (-st.util[i], i)):
             seq = st.results[i]
-            text = self.stub_text(session, seq)
-            if text == bodies[seq]:
-                continue
             now = (text_message_tokens(session.counter, bodies[seq]) if self.terse_markers
                    else int(st.arrays.marker_ntok[i]))
-            extra = text_message_tokens(session.counter, text) - now
-            if current + extra <= budget:
-                bodies[seq] = text
-                current += extra
-                markers.discard(seq)  # a stub is counted afresh and is never visible
+            options = []
+            if self.compact_omitted and self.compactor is not None and int(st.arrays.ntok[i]) > cap:
+                if i in st.compacted:  # oversized: already compacted by the fallback (spec §5 step 5)
+                    options.append(st.compacted[i])
+                else:
+                    text, u = self._compacted(session, seq, cap)
+                    st.usage += u
+                    options.append(text)
+            if self.stubs:
+                options.append(self.stub_text(session, seq))
+            for text in options:
+                if text == bodies[seq]:
+                    break
+                extra = text_message_tokens(session.counter, text) - now
+                if current + extra <= budget:
+                    bodies[seq] = text
+                    current += extra
+                    markers.discard(seq)  # counted afresh; a compacted form or stub is never visible
+                    break
         return bodies, markers

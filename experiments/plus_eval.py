@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from contextrender.compaction import make_compactor
 from contextrender.config import build_policy, method_config
 from contextrender.embed import make_embedder
 from contextrender.plus import ContextRenderPlus
 from contextrender.selector import Stage
 
 from .recall import AGE_BINS, reuse_events
-from .replay import ReplayResult, Shared, SharedEmbeddings, replay, write_json
+from .replay import MemoCompactor, ReplayResult, Shared, SharedEmbeddings, replay, write_json
 from .traces import Episode, read_traces
 
 log = logging.getLogger(__name__)
@@ -294,21 +295,26 @@ def _embedder() -> SharedEmbeddings:
     return SharedEmbeddings(make_embedder("hashing", dim=256))
 
 
-def build(specs: Mapping[str, tuple[str, Mapping[str, Any]]], shared_emb: SharedEmbeddings) -> dict[str, Any]:
+def build(specs: Mapping[str, tuple[str, Mapping[str, Any]]], shared_emb: SharedEmbeddings,
+          compactor: MemoCompactor | None = None) -> dict[str, Any]:
     """name -> (method yaml, overrides) built through the Hydra registry (conf/method)."""
     out = {}
     for name, (method, over) in specs.items():
         cfg = method_config(method, {**dict(over), "name": name})
-        out[name] = build_policy(cfg, embedder=shared_emb)
+        out[name] = build_policy(cfg, embedder=shared_emb, compactor=compactor)
     return out
 
 
 def run_replay(specs: Mapping[str, tuple[str, Mapping[str, Any]]], episodes: Sequence[Episode],
                budget: int) -> ReplayResult:
+    """Replay ``episodes`` through the specs with the harness's offline defaults: hashing-256
+    embeddings and the extractive compactor (the compaction baselines' summariser and every
+    ContextRender variant's oversized-result fallback)."""
     emb = _embedder()
-    policies = build(specs, emb)
+    comp = MemoCompactor(make_compactor("extractive"))
+    policies = build(specs, emb, comp)
     with tempfile.TemporaryDirectory(prefix="cr-plus-") as tmp:
-        return replay(episodes, policies, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, None),
+        return replay(episodes, policies, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, comp),
                       progress=False)
 
 
@@ -379,6 +385,9 @@ def eval_specs(params: Mapping[str, float]) -> dict[str, tuple[str, dict[str, An
         "cr_recency_relevance": ("cr_recency_relevance", {}),
         "semantic_retrieval": ("semantic_retrieval", {}),
         "prune": ("prune", {}),
+        "compact": ("compact", {}),
+        "recency_summary": ("recency_summary", {}),
+        "acon": ("acon", {}),
         "full": ("full", {}),
     }
 
@@ -440,11 +449,13 @@ def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
                       progress=False)
 
 
-def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mapping[str, float]) -> dict[str, Any]:
+def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mapping[str, float],
+             budgets: Sequence[int] = EVAL_BUDGETS) -> dict[str, Any]:
+    """Replay every TEST half once per budget through every method and both ceilings."""
     specs = eval_specs(params)
     out: dict[str, Any] = {}
     for set_name, parts in split.items():
-        for b in EVAL_BUDGETS:
+        for b in budgets:
             res = run_replay(specs, parts["test"], b)
             j = res.to_json()
             for name, t in res.methods.items():
@@ -459,30 +470,67 @@ def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mappi
 
 # -- oracle task accuracy ------------------------------------------------------------------
 
-def _run(args: list[str]) -> None:
-    cmd = [sys.executable, "-m", "experiments.run", "embedding=hashing", "progress=false",
-           "hydra.run.dir=" + tempfile.mkdtemp(prefix="plus-hydra-"), *args]
+PLUS_SOURCE = ROOT / "contextrender" / "plus.py"
+ORACLE_METHODS = ("full", "prune", "compact", "recency_summary", "semantic_retrieval", "acon", "contextrender",
+                  "contextrender_plus")
+ORACLE_BUDGETS = (1000, 2000, 4000)
+#: benchmark -> (extra overrides, score key): all 200 BFCL long-context tasks; 100 moqa8_offline tasks
+#: drawn with seed 1 (the replay's moqa traces were recorded with seed 0).
+ORACLE_BENCHES = {"bfcl_multi_turn": ((), "task_acc"),
+                  "moqa8_offline": (("benchmark.n_tasks=100", "benchmark.seed=1"), "f1")}
+
+
+def _run(args: list[str], multirun: bool = False) -> None:
+    hydra_dir = tempfile.mkdtemp(prefix="plus-hydra-")
+    cmd = [sys.executable, "-m", "experiments.run", *(["-m"] if multirun else []), "embedding=hashing",
+           "progress=false", f"hydra.run.dir={hydra_dir}", f"hydra.sweep.dir={hydra_dir}", *args]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
-def oracle(methods: Iterable[str] = ("contextrender", "contextrender_plus"), budget: int = 2000) -> dict[str, Any]:
+def code_key(method: str) -> str:
+    """A digest of a method's config and of every policy source file it could run.
+
+    The runner resumes by task key, so oracle records live in a directory named by this
+    digest: records of an earlier configuration or earlier code are never reused.
+    """
+    h = hashlib.sha256((ROOT / "conf" / "method" / f"{method}.yaml").read_bytes())
+    for pkg in ("contextrender", "baselines"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path == PLUS_SOURCE and method != "contextrender_plus":
+                continue  # only contextrender_plus runs it
+            h.update(path.relative_to(ROOT).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORACLE_BUDGETS,
+           workers: int = 2) -> dict[str, Any]:
+    """Oracle task score of every method at every budget on both offline benchmarks (Hydra
+    multirun over the budgets, one process per benchmark and method, ``workers`` at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(bench, m) for bench in ORACLE_BENCHES for m in methods]
+    dirs = {(bench, m): OUT / "runs" / f"oracle_{bench}" / f"{m}-{code_key(m)}" for bench, m in jobs}
+
+    def one(job: tuple[str, str]) -> None:
+        bench, m = job
+        extra, _ = ORACLE_BENCHES[bench]
+        _run([f"method={m}", f"benchmark={bench}", "budget=" + ",".join(map(str, budgets)),
+              "experiment_name=plus_oracle", f"run_dir={dirs[job]}", *extra], multirun=True)
+        log.info("oracle %s %s done", bench, m)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, jobs))
     out: dict[str, Any] = {}
-    for bench in ("bfcl_multi_turn", "moqa8_offline"):
-        for m in methods:
-            # The runner resumes by task key: a run directory per method config, so records of an
-            # earlier contextrender_plus configuration are never reused for a changed one.
-            conf = (ROOT / "conf" / "method" / f"{m}.yaml").read_bytes()
-            run_dir = OUT / "runs" / f"oracle_{bench}" / f"{m}-{hashlib.sha256(conf).hexdigest()[:10]}"
-            extra = ["benchmark.n_tasks=100", "benchmark.seed=1"] if bench == "moqa8_offline" else []
-            _run([f"method={m}", f"benchmark={bench}", f"budget={budget}", "experiment_name=plus_oracle",
-                  f"run_dir={run_dir}", *extra])
+    for bench, m in jobs:
+        key = ORACLE_BENCHES[bench][1]
+        for b in budgets:
             recs = []
-            for p in (run_dir / "records").glob(f"*__{m}__B{budget}.jsonl"):
+            for p in (dirs[(bench, m)] / "records").glob(f"*__{m}__B{b}.jsonl"):
                 recs += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-            key = "task_acc" if bench == "bfcl_multi_turn" else "f1"
             vals = [float((r.get("score") or {}).get(key, 0.0) or 0.0) for r in recs]  # failures score 0
-            out.setdefault(bench, {})[m] = {"tasks": len(recs), "mean": 100 * float(np.mean(vals)) if vals else None,
-                                            "metric": key}
+            out.setdefault(bench, {}).setdefault(m, {})[str(b)] = {
+                "tasks": len(recs), "mean": 100 * float(np.mean(vals)) if vals else None, "metric": key}
     return out
 
 
@@ -546,44 +594,84 @@ def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str
                      f"{cp:.1f} / {ct:.1f} | {ct - c:+.1f} | {over} |")
     lines.append("")
     if orc:
-        lines += ["## Oracle task accuracy at B=2000 (offline oracle, not an LLM)", "",
-                  "| benchmark | metric | " + " | ".join(next(iter(orc.values()))) + " |",
-                  "|---|---|" + "---:|" * len(next(iter(orc.values())))]
-        for bench, ms in orc.items():
-            metric = next(iter(ms.values()))["metric"]
-            lines.append(f"| {bench} | {metric} | " + " | ".join(
-                f"{v['mean']:.1f} (n={v['tasks']})" if v["mean"] is not None else "–" for v in ms.values()) + " |")
+        benches = list(orc)
+        cols = [(bench, b) for bench in benches for b in next(iter(orc[bench].values()))]
+        lines += ["## Oracle task score by budget (offline oracle, not an LLM; all tasks, not a split)", "",
+                  "BFCL: task accuracy % (200 long-context tasks); moqa8_offline: mean F1 × 100 (100 tasks, seed 1).",
+                  "",
+                  "| method | " + " | ".join(f"{bench} B={b}" for bench, b in cols) + " |",
+                  "|---|" + "---:|" * len(cols)]
+        for m in orc[benches[0]]:
+            cells = []
+            for bench, b in cols:
+                v = orc[bench].get(m, {}).get(b)
+                cells.append("–" if not v or v["mean"] is None else f"{v['mean']:.1f}")
+            label = f"**{m}** (ours)" if m == "contextrender_plus" else m
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
+        checks = []
+        for bench, b in cols:
+            ms = orc[bench]
+            if {"contextrender", "contextrender_plus"} <= set(ms):
+                a_, c_ = ms["contextrender_plus"][b]["mean"], ms["contextrender"][b]["mean"]
+                if a_ is not None and c_ is not None:
+                    checks.append(f"{bench} B={b}: {a_:.1f} vs {c_:.1f} ({'≥' if a_ >= c_ else 'BELOW'})")
+        if checks:
+            lines += ["Oracle score, contextrender_plus vs contextrender: " + "; ".join(checks) + ".", ""]
     lines += NOTES
     return "\n".join(lines)
 
 
-def plot(evald: Mapping[str, Any], path: Path) -> None:
+def plot(evald: Mapping[str, Any], orc: Mapping[str, Any] | None, path: Path) -> None:
+    """Top row: held-out recall vs B per trace set (with the hindsight ceilings);
+    bottom row: oracle task score vs B per offline benchmark."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     sets = list(evald)
-    fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4), squeeze=False)
-    show = ["contextrender_plus", "contextrender", "cr_recency_relevance", "semantic_retrieval", "prune", "full"]
-    for ax, s in zip(axes[0], sets, strict=True):
-        budgets = [int(b) for b in evald[s]]
-        for m in show:
-            ys = [evald[s][str(b)]["methods"][m]["recall"] for b in budgets]
-            label = "contextrender_plus (ours, not the paper's)" if m == "contextrender_plus" else m
-            ax.plot(budgets, ys, marker="o", lw=2.5 if m == "contextrender_plus" else 1.2,
-                    ls="--" if m == "full" else "-", label=label)
-        for name, terse in CEILINGS.items():
-            ys = [evald[s][str(b)]["methods"][name]["recall"] for b in budgets]
-            ax.plot(budgets, ys, color="0.45", lw=1.0, ls=":" if terse else "-.",
-                    label=name.replace("hindsight ceiling", "ceiling (hindsight)"))
-        ax.set_title(f"{s} (held-out test split)")
+    benches = list(orc or {})
+    ncol = max(len(sets), len(benches), 1)
+    nrow = 2 if benches else 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4 * nrow), squeeze=False)
+    show = ["contextrender_plus", "contextrender", "cr_recency_relevance", "semantic_retrieval", "prune",
+            "compact", "recency_summary", "acon", "full"]
+
+    def style(m: str) -> dict[str, Any]:
+        label = "contextrender_plus (ours, not the paper's)" if m == "contextrender_plus" else m
+        return {"marker": "o", "lw": 2.5 if m == "contextrender_plus" else 1.2,
+                "ls": "--" if m == "full" else "-", "label": label}
+
+    def axis(ax: Any, budgets: list[int], title: str, ylabel: str) -> None:
+        ax.set_title(title)
         ax.set_xlabel("history budget B (tokens)")
-        ax.set_ylabel("Later-Used Result Recall (%)")
+        ax.set_ylabel(ylabel)
         ax.set_xscale("log")
         ax.minorticks_off()
         ax.set_xticks(budgets, [str(b) for b in budgets])
         ax.grid(alpha=0.3)
+
+    for ax, s in zip(axes[0], sets, strict=False):
+        budgets = [int(b) for b in evald[s]]
+        for m in show:
+            if m in evald[s][str(budgets[0])]["methods"]:
+                ax.plot(budgets, [evald[s][str(b)]["methods"][m]["recall"] for b in budgets], **style(m))
+        for name, terse in CEILINGS.items():
+            if name in evald[s][str(budgets[0])]["methods"]:
+                ys = [evald[s][str(b)]["methods"][name]["recall"] for b in budgets]
+                ax.plot(budgets, ys, color="0.45", lw=1.0, ls=":" if terse else "-.",
+                        label=name.replace("hindsight ceiling", "ceiling (hindsight)"))
+        axis(ax, budgets, f"recall: {s} (held-out test split)", "Later-Used Result Recall (%)")
+    for ax, bench in zip(axes[1] if benches else [], benches, strict=False):
+        ms = orc[bench]  # type: ignore[index]
+        budgets = [int(b) for b in next(iter(ms.values()))]
+        for m in show:
+            if m in ms:
+                ax.plot(budgets, [ms[m][str(b)]["mean"] for b in budgets], **style(m))
+        axis(ax, budgets, f"oracle: {bench}", "task accuracy %" if "bfcl" in bench else "F1 × 100")
+    for row in axes:
+        for ax in row[len(sets) if row is axes[0] else len(benches):]:
+            ax.axis("off")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -612,7 +700,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         (OUT / "plus.md").write_text(report(evald, fitted, orc), encoding="utf-8")
         write_json(OUT / "plus.json", {"fit": {k: v for k, v in fitted.items() if k != "history"},
                                        "recall_test": evald, "oracle": orc})
-        plot(evald, OUT / "plus.png")
+        plot(evald, orc, OUT / "plus.png")
 
 
 if __name__ == "__main__":

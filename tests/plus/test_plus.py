@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextrender import ContextGraph, HashingEmbedder
+from contextrender.compaction import ExtractiveCompactor
 from contextrender.config import build_policy, method_config
 from contextrender.plus import ContextRenderPlus
 from contextrender.render import Scope
@@ -55,10 +56,11 @@ def _recount(session, rendered) -> int:
        follow_up=st.one_of(st.none(), st.integers(0, 11)),
        budget=st.integers(20, 1500),
        packing=st.booleans(), stubs=st.booleans(), lexical=st.sampled_from([0.0, 1.0, 3.0]),
-       terse=st.booleans())
-def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, terse):
+       terse=st.booleans(), compact=st.booleans())
+def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, terse, compact):
     session = _session(_transcript(sizes, reuse, follow_up))
-    pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical, terse_markers=terse)
+    pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical, terse_markers=terse,
+                            compactor=ExtractiveCompactor() if compact else None)
     r = pol.render(session, budget)
     assert r.tokens <= budget
     assert _recount(session, r) == r.tokens
@@ -127,6 +129,26 @@ def test_terse_markers_spend_the_saved_tokens_on_results():
         assert len(b.visible) >= len(a.visible)
         found = found or len(b.visible) > len(a.visible)
     assert found, "at some budget the saved marker tokens should make room for one more result"
+
+
+def test_large_omitted_result_keeps_a_compacted_form():
+    # A 1,500-word listing just under B cannot fit next to the recent results: the paper's selector
+    # only compacts results larger than B, so without compact_omitted its identifiers are lost.
+    msgs = _transcript([5, 5, 5], [0, 0], None)
+    big = "\n".join(f"row {k}: acct_{7000 + k} lorem ipsum dolor sit amet" for k in range(150))
+    msgs[5]["content"] = big  # the second result (tool call "c1")
+    session = _session(msgs, "c")
+    budget = session.counter.text(big) + 60
+    kw = {"embedder": EMB, "stubs": False, "lexical": 0.0, "compactor": ExtractiveCompactor()}
+    off = ContextRenderPlus(compact_omitted=False, **kw).render(_session(msgs, "off"), budget)
+    on = ContextRenderPlus(compact_omitted=True, **kw).render(session, budget)
+    big_seq = 5
+    assert big_seq not in on.visible and big_seq not in off.visible
+    body = next(m["content"] for m in on.messages if m.get("tool_call_id") == "c1")
+    assert "acct_7000" in body and body != big
+    assert on.tokens <= budget and _recount(session, on) == on.tokens
+    off_body = next(m["content"] for m in off.messages if m.get("tool_call_id") == "c1")
+    assert "acct_7000" not in off_body
 
 
 def test_config_instantiates():

@@ -42,3 +42,22 @@ def test_hindsight_ceiling_bounds_every_policy(episodes, budget):
         bound = terse if name == "contextrender_plus" else paper
         assert t.stats.hits <= bound.stats.hits, name
     assert paper.stats.hits < paper.stats.events  # at these budgets not everything can be shown
+
+
+def test_evaluate_report_and_plot(episodes, tmp_path):
+    params = {"lam": 0.1, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0,
+              "weights.recency": 1.0, "lexical": 1.0}
+    evald = pe.evaluate({"synth": {"train": [], "test": episodes[:3]}}, params, budgets=(1000, 2000))
+    ms = evald["synth"]["2000"]["methods"]
+    assert set(pe.eval_specs(params)) | set(pe.CEILINGS) == set(ms)
+    for name, m in ms.items():
+        if m["budgeted"]:
+            assert m["over_budget_renders"] == 0, name
+    fitted = {"params": params, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {"synth": 0}}
+    orc = {"bfcl_multi_turn": {m: {"2000": {"tasks": 2, "mean": v, "metric": "task_acc"}}
+                               for m, v in (("contextrender", 50.0), ("contextrender_plus", 100.0))}}
+    md = pe.report(evald, fitted, orc)
+    assert "Acceptance check" in md and "hindsight ceiling" in md
+    assert "bfcl_multi_turn B=2000: 100.0 vs 50.0 (≥)" in md
+    pe.plot(evald, orc, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 10_000
