@@ -53,7 +53,8 @@ from .tfa import match_tokens
 
 
 class ContextRenderPlus(ContextRender):
-    """ContextRender with budget-aware packing, value stubs and lexical relevance (switches)."""
+    """ContextRender with lexical relevance, packing, terse markers, stubs and compacted omitted
+    results — each a switch (see the module docstring)."""
 
     #: What an omitted result's tool message carries with ``terse_markers`` on.
     TERSE_MARKER = "[omitted]"

@@ -78,8 +78,8 @@ def test_switches_off_is_contextrender(sizes, reuse, budget):
     """Documented baseline: every switch off is ContextRender with the same parameters."""
     msgs = _transcript(sizes, reuse, None)
     a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=False,
-                          lam=0.2, gamma=0.5)
-    b = ContextRender(embedder=EMB, lam=0.2, gamma=0.5)
+                          compact_omitted=False, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
+    b = ContextRender(embedder=EMB, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
     ra, rb = a.render(_session(msgs, "a"), budget), b.render(_session(msgs, "b"), budget)
     assert ra.messages == rb.messages and ra.tokens == rb.tokens and ra.visible == rb.visible
 
