@@ -39,9 +39,16 @@ bench: setup ## per-invocation overhead at 100/1k/10k results → results/bench/
 OFFLINE_BUDGET ?= 2000
 RUN_BUDGET = $(if $(BUDGET),$(BUDGET),$(if $(filter oracle,$(MODEL)),$(OFFLINE_BUDGET),6000))
 RUNS ?= results/runs
+comma := ,
+# The paper's methods; offline runs add contextrender_plus (ours, not the paper's — marked § / "(ours)").
+# Override to choose, e.g. TABLE1_METHODS=full,contextrender (paper-setting runs leave ours out by default).
+PAPER_METHODS := full,prune,compact,recency_summary,semantic_retrieval,acon,contextrender
+OURS_IF_OFFLINE = $(if $(filter oracle,$(MODEL)),$(comma)contextrender_plus)
+TABLE1_METHODS ?= $(PAPER_METHODS)$(OURS_IF_OFFLINE)
+SWEEP_METHODS ?= full,prune,semantic_retrieval,recency_summary,contextrender$(OURS_IF_OFFLINE)
 
 reproduce-table1: setup ## run every Table 1 method, then write results/table1.{md,csv,tex} and Figure 4
-	$(PY) -m experiments.run -m +experiment=table1 model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) $(ARGS)
+	$(PY) -m experiments.run -m +experiment=table1 model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) method=$(TABLE1_METHODS) $(ARGS)
 	$(PY) -m analysis.tables --runs $(RUNS)/table1 --out results --table table1
 	$(PY) -m analysis.tables --runs $(RUNS)/table1 --out results --table main
 	$(PY) -m analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
@@ -55,7 +62,7 @@ ablation: setup ## Table 2/3: weight ablations (task score) + later-used recall 
 
 SWEEP_BUDGETS ?= 1000,2000,4000
 sweep: setup ## Figure 5: performance vs budget (SWEEP_BUDGETS=1000,2000,4000 offline)
-	$(PY) -m experiments.run -m +experiment=budget_sweep_offline model=$(MODEL) benchmark=$(BENCHMARK) budget=$(SWEEP_BUDGETS) $(ARGS)
+	$(PY) -m experiments.run -m +experiment=budget_sweep_offline model=$(MODEL) benchmark=$(BENCHMARK) budget=$(SWEEP_BUDGETS) method=$(SWEEP_METHODS) $(ARGS)
 	$(PY) -m analysis.tables --runs $(RUNS)/budget_sweep_offline --out results --table sweep
 	$(PY) -m analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
 

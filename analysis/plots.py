@@ -26,15 +26,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from analysis.tables import CR, FULL, METHOD_ORDER, METRIC_LABELS, build, method_sort_key  # noqa: E402
+from analysis.tables import CR, FULL, METHOD_ORDER, METRIC_LABELS, OURS, build, method_sort_key  # noqa: E402
 
 DPI = 150
 CR_COLOR = "#d62728"
 _PALETTE = {"full": "#4d4d4d", "prune": "#1f77b4", "compact": "#ff7f0e", "recency_summary": "#2ca02c",
             "semantic_retrieval": "#9467bd", "acon": "#8c564b", "contextrender": CR_COLOR,
-            "cr_recency": "#e377c2", "cr_relevance": "#17becf", "cr_recency_relevance": "#bcbd22"}
+            "cr_recency": "#e377c2", "cr_relevance": "#17becf", "cr_recency_relevance": "#bcbd22",
+            "contextrender_plus": "#1b9e77"}
 _MARKERS = {"full": "s", "prune": "v", "compact": "^", "recency_summary": "D", "semantic_retrieval": "P",
-            "acon": "X", "contextrender": "*", "cr_recency": "<", "cr_relevance": ">", "cr_recency_relevance": "h"}
+            "acon": "X", "contextrender": "*", "cr_recency": "<", "cr_relevance": ">", "cr_recency_relevance": "h",
+            "contextrender_plus": "p"}
 _EXTRA_COLORS = ["#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d"]
 
 
@@ -45,6 +47,13 @@ def style(method: str, others: Sequence[str] = ()) -> tuple[str, str]:
     extra = sorted(m for m in others if m not in _PALETTE)
     i = extra.index(method) if method in extra else 0
     return _EXTRA_COLORS[i % len(_EXTRA_COLORS)], "o"
+
+
+def label(method: str) -> str:
+    """Legend text: the paper's method by name, this project's own methods marked as ours."""
+    if method == CR:
+        return "ContextRender"
+    return f"{method} (ours, not the paper's)" if method in OURS else method
 
 
 def _ok(x: Any) -> bool:
@@ -82,11 +91,11 @@ def _legend(fig: plt.Figure, methods: Sequence[str], paper: bool, ncol: int) -> 
         c, mk = style(m, methods)
         big = m == CR
         handles.append(Line2D([], [], color=c, marker=mk, linestyle="none", markersize=13 if big else 8,
-                              markeredgecolor="black" if big else c, label="ContextRender" if big else m))
+                              markeredgecolor="black" if big else c, label=label(m)))
     if paper:
-        handles.append(Line2D([], [], color="black", marker="o", linestyle="none", markersize=8, label="ours (filled)"))
+        handles.append(Line2D([], [], color="black", marker="o", linestyle="none", markersize=8, label="measured here (filled)"))
         handles.append(Line2D([], [], color="black", marker="o", markerfacecolor="none", linestyle="none",
-                              markersize=8, label="paper (hollow)"))
+                              markersize=8, label="paper's number (hollow)"))
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), ncol),
                frameon=False, fontsize=9)
 
@@ -123,9 +132,11 @@ def fig4(summary: pd.DataFrame, out: str | Path, stem: str = "fig4") -> list[Pat
         for _, r in g.iterrows():
             c, mk = style(r["method"], methods)
             big = r["method"] == CR
-            size = 260 if big else 70
+            size = 260 if big else (120 if r["method"] in OURS else 70)
             if _ok(r["normalised_cost"]):
-                ax.scatter(r["normalised_cost"], r["perf"], s=size, marker=mk, color=c, zorder=4 if big else 3,
+                # ours drawn larger and underneath, so a paper method at the same point stays visible
+                z = 4 if big else (2.5 if r["method"] in OURS else 3)
+                ax.scatter(r["normalised_cost"], r["perf"], s=size, marker=mk, color=c, zorder=z,
                            edgecolors="black" if big else c, linewidths=0.8)
                 if big:
                     ax.annotate("ContextRender", (r["normalised_cost"], r["perf"]), xytext=(8, 6),
