@@ -569,9 +569,9 @@ NOTES = [
     "shown whole or lost); stubs carry moqa8_offline (F1 25.0 → 41.2 at B=2000).",
     "- Tried and dropped (no gain on the train split, so not kept): a logistic model of P(used next step) "
     "on ten features (recency at three scales, c_t, relevance, lexical overlap, log size, the session's "
-    "per-tool reuse rate) with an exact 0/1 knapsack on Σ P — train recall 84.8 against 84.9 for the kept "
-    "switches; trimming verbatim messages to 30–60% of B instead of 50% — no effect (on these traces the "
-    "verbatim messages never overflow B at B=2000).",
+    "per-tool reuse rate) with an exact 0/1 knapsack on Σ P — synthetic train recall 84.8 against 84.9 for "
+    "the kept switches; trimming verbatim messages to 30–60% of B instead of 50% — no effect on the "
+    "synthetic train traces (their verbatim messages never overflow B at B=2000).",
     "- The synthetic generator (`synth_episode`, seed 0) was written in the same project as the method: "
     "weaker evidence than the recorded sets. The coordinate-search fit was flat (train 68.96 at the start "
     "→ 68.99); relevance weight 0 won by 0.03 points, with hashing-256 embeddings.",
