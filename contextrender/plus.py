@@ -158,10 +158,12 @@ class ContextRenderPlus(ContextRender):
         # a large result gets its compacted form when that fits, any other omitted one its stub.
         current = st.trim.base_tokens + int(st.delta[chosen].sum())
         cap = max(1, int(self.oversized_share * budget))
+        terse = text_message_tokens(session.counter, self.TERSE_MARKER)
         for i in sorted(np.flatnonzero(st.cand & ~chosen).tolist(), key=lambda i: (-st.util[i], i)):
+            if current >= budget:  # every option is longer than the marker it replaces: none can fit
+                break
             seq = st.results[i]
-            now = (text_message_tokens(session.counter, bodies[seq]) if self.terse_markers
-                   else int(st.arrays.marker_ntok[i]))
+            now = terse if self.terse_markers else int(st.arrays.marker_ntok[i])
             options = []
             if self.compact_omitted and self.compactor is not None and int(st.arrays.ntok[i]) > cap:
                 if i in st.compacted:  # oversized: already compacted by the fallback (spec §5 step 5)

@@ -348,19 +348,17 @@ class ContextService:
         if not valid_session_id(sid):
             raise BadRequest(f"invalid session id {sid!r}: 1-200 characters from [A-Za-z0-9._:~@+=-]")
         if on_conflict == "error":
-            session, created = self.open(sid)
-            with self._lock(sid):
-                added = self._sync_exact(session, parsed)
-                out = fn(session)
-            out.update(session=sid, created=created, added=added, forked=False)
-            return out
-        with self._lock("\0key:" + sid):
+            return self._sync_and_run(sid, parsed, fn, forked=False)
+        with self._lock("\0key:" + sid):  # choosing the fork and writing to it are one step
             target, forked = self._fork_target(sid, parsed)
-            session, created = self.open(target)
-            with self._lock(target):
-                added = self._sync_exact(session, parsed)
-                out = fn(session)
-        out.update(session=target, created=created, added=added, forked=forked)
+            return self._sync_and_run(target, parsed, fn, forked=forked)
+
+    def _sync_and_run(self, sid: str, parsed: Sequence[Message], fn: Any, *, forked: bool) -> dict[str, Any]:
+        session, created = self.open(sid)
+        with self._lock(sid):
+            added = self._sync_exact(session, parsed)
+            out = fn(session)
+        out.update(session=sid, created=created, added=added, forked=forked)
         return out
 
     def create(self, sid: str, meta: dict[str, Any] | None = None, encoding: str | None = None) -> dict[str, Any]:

@@ -306,15 +306,27 @@ def build(specs: Mapping[str, tuple[str, Mapping[str, Any]]], shared_emb: Shared
 
 
 def run_replay(specs: Mapping[str, tuple[str, Mapping[str, Any]]], episodes: Sequence[Episode],
-               budget: int) -> ReplayResult:
+               budget: int, *, with_ceilings: bool = False) -> ReplayResult:
     """Replay ``episodes`` through the specs with the harness's offline defaults: hashing-256
     embeddings and the extractive compactor (the compaction baselines' summariser and every
-    ContextRender variant's oversized-result fallback)."""
+    ContextRender variant's oversized-result fallback). ``with_ceilings`` adds the two
+    :class:`HindsightCeiling` bounds (named as in :data:`CEILINGS`) to the same pass."""
     emb = _embedder()
     comp = MemoCompactor(make_compactor("extractive"))
     policies = build(specs, emb, comp)
+    bounds = {name: HindsightCeiling(terse_markers=terse, embedder=emb) for name, terse in CEILINGS.items()
+              } if with_ceilings else {}
+    policies.update(bounds)
+
+    def watched() -> Iterable[Episode]:
+        for ep in episodes:  # the ceilings learn each episode's reuse events before it is replayed
+            future = reuse_by_turn(ep)
+            for bound in bounds.values():
+                bound.future = future
+            yield ep
+
     with tempfile.TemporaryDirectory(prefix="cr-plus-") as tmp:
-        return replay(episodes, policies, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, comp),
+        return replay(watched(), policies, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, comp),
                       progress=False)
 
 
@@ -404,17 +416,8 @@ class HindsightCeiling(ContextRenderPlus):
     def __init__(self, *, terse_markers: bool, embedder: Any) -> None:
         super().__init__(packing=False, stubs=False, lexical=0.0, terse_markers=terse_markers,
                          embedder=embedder, name="ceiling")
-        self.future: dict[int, set[int]] = {}  # transcript index of assistant turn -> reused result seqs
+        self.future: dict[int, set[int]] = {}  # set per episode by run_replay (reuse_by_turn)
         self._used: set[int] = set()
-
-    def watch(self, episodes: Iterable[Episode]) -> Iterable[Episode]:
-        """Yield ``episodes`` unchanged, loading each one's reuse events before it is replayed."""
-        for ep in episodes:
-            fut: dict[int, set[int]] = {}
-            for e in reuse_events(list(ep.messages)):
-                fut.setdefault(ep.assistant_indices[e.j], set()).add(e.result_seq)
-            self.future = fut
-            yield ep
 
     def _stage(self, session: Any, budget: int) -> Any:
         self._used = self.future.get(len(session), set())
@@ -435,18 +438,17 @@ class HindsightCeiling(ContextRenderPlus):
 CEILINGS = {"hindsight ceiling (paper markers)": False, "hindsight ceiling (terse markers)": True}
 
 
+def reuse_by_turn(episode: Episode) -> dict[int, set[int]]:
+    """Transcript index of each assistant turn -> the result seqs it reuses (spec §7 events)."""
+    future: dict[int, set[int]] = {}
+    for e in reuse_events(list(episode.messages)):
+        future.setdefault(episode.assistant_indices[e.j], set()).add(e.result_seq)
+    return future
+
+
 def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
-    """Replay ``episodes`` through the two :class:`HindsightCeiling` bounds."""
-    emb = _embedder()
-    pols = {name: HindsightCeiling(terse_markers=terse, embedder=emb) for name, terse in CEILINGS.items()}
-
-    def watched() -> Iterable[Episode]:
-        streams = [p.watch(episodes) for p in pols.values()]
-        yield from (eps[0] for eps in zip(*streams, strict=True))
-
-    with tempfile.TemporaryDirectory(prefix="cr-ceiling-") as tmp:
-        return replay(watched(), pols, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, None),
-                      progress=False)
+    """Replay ``episodes`` through the two :class:`HindsightCeiling` bounds only."""
+    return run_replay({}, episodes, budget, with_ceilings=True)
 
 
 def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mapping[str, float],
@@ -456,13 +458,12 @@ def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mappi
     out: dict[str, Any] = {}
     for set_name, parts in split.items():
         for b in budgets:
-            res = run_replay(specs, parts["test"], b)
+            res = run_replay(specs, parts["test"], b, with_ceilings=True)
             j = res.to_json()
             for name, t in res.methods.items():
                 j["methods"][name]["budgeted"] = t.budgeted
-            ceil = ceilings(parts["test"], b).to_json()
-            for name in CEILINGS:
-                j["methods"][name] = {**ceil["methods"][name], "budgeted": True, "reference": True}
+                if name in CEILINGS:
+                    j["methods"][name]["reference"] = True
             out.setdefault(set_name, {})[str(b)] = j
             log.info("%s B=%d: %s", set_name, b, {k: round(v["recall"] or 0, 1) for k, v in j["methods"].items()})
     return out
@@ -519,18 +520,17 @@ def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORA
 
     rows = {m: (m, ()) for m in methods} | dict(ablations)
     jobs = [(bench, label) for bench in ORACLE_BENCHES for label in rows]
-
-    def run_dir(bench: str, label: str) -> Path:
-        m, over = rows[label]
-        tag = code_key(m) + (("-" + hashlib.sha256("\n".join(over).encode()).hexdigest()[:6]) if over else "")
-        return OUT / "runs" / f"oracle_{bench}" / f"{m}-{tag}"
+    tags = {label: code_key(m) + (("-" + hashlib.sha256("\n".join(over).encode()).hexdigest()[:6]) if over else "")
+            for label, (m, over) in rows.items()}
+    run_dir = {(bench, label): OUT / "runs" / f"oracle_{bench}" / f"{rows[label][0]}-{tags[label]}"
+               for bench, label in jobs}
 
     def one(job: tuple[str, str]) -> None:
         bench, label = job
         m, over = rows[label]
         extra, _ = ORACLE_BENCHES[bench]
         _run([f"method={m}", f"benchmark={bench}", "budget=" + ",".join(map(str, budgets)),
-              "experiment_name=plus_oracle", f"run_dir={run_dir(bench, label)}", *extra, *over], multirun=True)
+              "experiment_name=plus_oracle", f"run_dir={run_dir[job]}", *extra, *over], multirun=True)
         log.info("oracle %s %s done", bench, label)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -541,7 +541,7 @@ def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORA
         key = ORACLE_BENCHES[bench][1]
         for b in budgets:
             recs = []
-            for p in (run_dir(bench, label) / "records").glob(f"*__{m}__B{b}.jsonl"):
+            for p in (run_dir[(bench, label)] / "records").glob(f"*__{m}__B{b}.jsonl"):
                 recs += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
             vals = [float((r.get("score") or {}).get(key, 0.0) or 0.0) for r in recs]  # failures score 0
             out.setdefault(bench, {}).setdefault(label, {})[str(b)] = {
