@@ -3,7 +3,10 @@ SHELL := /bin/bash
 PY    ?= .venv/bin/python
 STAMP := .venv/.installed-$(shell cat requirements.lock requirements-nodeps.txt pyproject.toml | sha1sum | cut -c1-10)
 MODEL ?= oracle
-BENCHMARK ?= bfcl_multi_turn
+# Offline, the main job runs τ²-bench retail (where context management matters: reuse many turns
+# later) and BFCL v4 multi-turn long-context; a paper setting names its own, e.g. BENCHMARK=appworld_test_normal.
+OFFLINE_BENCHMARKS ?= tau2_retail,bfcl_multi_turn
+BENCHMARK ?= $(if $(filter oracle,$(MODEL)),$(OFFLINE_BENCHMARKS),appworld_test_normal)
 BUDGET ?=
 ARGS ?=
 
@@ -35,7 +38,7 @@ check: setup ## lint, type-check, and the one-way import rule (scripts/check_lay
 bench: setup ## per-invocation overhead at 100/1k/10k results → results/bench/overhead.json
 	$(PY) -m contextrender.experiments.studies.bench $(ARGS)
 
-# Offline default: the context-bounded oracle on BFCL v4 multi-turn long-context.
+# Offline default: the context-bounded oracle on τ²-retail and BFCL v4 multi-turn long-context, B=2000.
 # Paper setting: make reproduce-table1 MODEL=gpt41 BENCHMARK=appworld_test_normal BUDGET=6000
 OFFLINE_BUDGET ?= 2000
 RUN_BUDGET = $(if $(BUDGET),$(BUDGET),$(if $(filter oracle,$(MODEL)),$(OFFLINE_BUDGET),6000))
@@ -59,10 +62,13 @@ reproduce-table1: setup ## run every Table 1 method, then write results/table1.{
 
 ablation: setup ## Table 2/3: weight ablations (task score) + later-used recall by replaying Full traces
 	$(PY) -m contextrender.experiments.run -m +experiment=ablation model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) method=$(ABLATION_METHODS) $(ARGS)
-	$(PY) -m contextrender.experiments.evaluation.replay traces=$$(ls $(RUNS)/ablation/traces/*__full__B$(RUN_BUDGET).jsonl | head -n1) \
-		budget=$(RUN_BUDGET) 'methods=[$(RECALL_METHODS)]' \
-		output=results/recall_B$(RUN_BUDGET).json
-	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/ablation --out results --table ablation --recall results/recall_B$(RUN_BUDGET).json
+	@# One replay per benchmark's Full traces: recall is reported per benchmark, never pooled.
+	set -e; recalls=""; for t in $(RUNS)/ablation/traces/*__full__B$(RUN_BUDGET).jsonl; do \
+		b=$$(basename $$t .jsonl); b=$${b#*__}; b=$${b%%__full__B*}; \
+		$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$(RUN_BUDGET) \
+			'methods=[$(RECALL_METHODS)]' output=results/recall_$${b}_B$(RUN_BUDGET).json; \
+		recalls="$$recalls results/recall_$${b}_B$(RUN_BUDGET).json"; done; \
+	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/ablation --out results --table ablation --recall $$recalls
 
 SWEEP_BUDGETS ?= 1000,2000,4000
 sweep: setup ## Figure 5: performance vs budget (SWEEP_BUDGETS=1000,2000,4000 offline)
@@ -80,6 +86,24 @@ plots: setup ## rebuild the figures from the records under results/runs
 
 plus: setup ## contextrender_plus (ours): fit on train traces, held-out recall + ceilings, oracle → results/plus
 	$(PY) -m contextrender.experiments.studies.plus
+
+# Issue 17: the peer strategies (catalogue group peers: every kind-peer method plus full, prune and
+# contextrender) head to head under one budget, offline (oracle), then recall and the failure-mode
+# measures by replaying each benchmark's Full traces with the same methods; one table, one figure.
+.PHONY: peers
+PEERS_METHODS ?= $(shell $(CATALOGUE) peers)
+PEERS_BENCHMARKS ?= bfcl_multi_turn,tau2_retail
+PEERS_BUDGET ?= 2000
+peers: setup ## peers vs full/prune/contextrender (oracle, BFCL + τ²-retail, B=2000) → results/table_peers, fig_peers
+	$(PY) -m contextrender.experiments.run -m +experiment=peers model=oracle benchmark=$(PEERS_BENCHMARKS) \
+		budget=$(PEERS_BUDGET) method=$(PEERS_METHODS) $(ARGS)
+	@# One replay per benchmark's Full traces: recall and the measures are per benchmark, never pooled.
+	set -e; recalls=""; for t in $(RUNS)/peers/traces/*__full__B$(PEERS_BUDGET).jsonl; do \
+		b=$$(basename $$t .jsonl); b=$${b#*__}; b=$${b%%__full__B*}; \
+		$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$(PEERS_BUDGET) \
+			'methods=[$(PEERS_METHODS)]' benchmark_name=$$b output=results/peers_recall_$${b}_B$(PEERS_BUDGET).json; \
+		recalls="$$recalls results/peers_recall_$${b}_B$(PEERS_BUDGET).json"; done; \
+	$(PY) -m contextrender.analysis.peers --runs $(RUNS)/peers --out results --recall $$recalls
 
 appworld-setup: ## create .venv-appworld (appworld==0.1.3.post1 in its own venv; PyPI needed once)
 	bash scripts/setup_appworld.sh

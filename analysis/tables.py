@@ -507,9 +507,10 @@ def load_recall(path: str | Path) -> dict[str, Any]:
     return d
 
 
-def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | None = None,
+def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
                    stem: str = "table_ablation") -> Table:
-    """Performance per ablation method; with ``recall``, Later-Used Result Recall overall and by age."""
+    """Performance per ablation method; with ``recall`` (one replay output, or one per benchmark),
+    Later-Used Result Recall overall and by age."""
     abl = summary[summary["method"].isin(ABLATION_METHODS)].copy() if not summary.empty else summary.copy()
     cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
             ("method", "method", "s"), ("n", "n", "d"), ("perf", "perf", ".1f"), ("paper_perf", "paper perf", ".1f")]
@@ -524,7 +525,9 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | None = Non
     if not abl.empty:  # Table 2's performance column (Tables 6–8 do not carry the cr_* ablations)
         abl["paper_perf"] = [p if not _missing(p) else p2(r.model, r.benchmark, r.method, r.budget, r.metric)
                              for p, r in zip(abl["paper_perf"], abl.itertuples(), strict=True)]
-    if recall is not None:
+    recalls = [] if recall is None else [recall] if isinstance(recall, Mapping) else list(recall)
+    rec_rows: list[dict[str, Any]] = []
+    for recall in recalls:  # one replay per benchmark's Full traces
         budget = int(recall["budget"])
         rmodel, rbench = recall.get("model"), recall.get("benchmark")
         targets = sorted({(m, b) for m, b, bb in zip(abl["model"], abl["benchmark"], abl["budget"], strict=True)
@@ -549,15 +552,7 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | None = Non
                                                   f"later_used_recall_age_{b}") for b in AGE_BINS},
                        "paper_setting": "{} / {} / B={}".format(*ref_setting)}
                 rrows.append(row)
-        rec = pd.DataFrame(rrows)
-        if abl.empty:
-            abl = rec
-        else:
-            abl = abl.merge(rec, on=["model", "benchmark", "budget", "method"], how="outer")
-        cols += [("recall", "recall", ".1f"), ("paper_recall", "paper recall", ".1f")]
-        for b in AGE_BINS:
-            cols += [(f"recall_{b}", f"age {AGE_LABELS[b]}", ".1f"), (f"paper_recall_{b}", "paper", ".1f")]
-        cols.append(("paper_setting", "paper setting", "s"))
+        rec_rows += rrows
         ev = recall.get("events_by_age") or {}
         notes.append(f"Later-Used Result Recall (spec §7) from replaying recorded Full-history traces at B={budget}: "
                      f"{recall.get('events', '?')} events ("
@@ -566,6 +561,18 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | None = Non
                      "(model, benchmark, B) when the paper reports it, otherwise its reference setting "
                      f"({PAPER_RECALL_REFERENCE[0]}, {PAPER_RECALL_REFERENCE[1]}, B={PAPER_RECALL_REFERENCE[2]}), "
                      "shown for the methods' ordering only, not as comparable numbers.")
+    if recalls:
+        rec = pd.DataFrame(rec_rows)
+        if abl.empty:
+            abl = rec
+        else:
+            key = ["model", "benchmark", "budget", "method"]
+            rec = rec.drop_duplicates(subset=key, keep="last")
+            abl = abl.merge(rec, on=key, how="outer")
+        cols += [("recall", "recall", ".1f"), ("paper_recall", "paper recall", ".1f")]
+        for b in AGE_BINS:
+            cols += [(f"recall_{b}", f"age {AGE_LABELS[b]}", ".1f"), (f"paper_recall_{b}", "paper", ".1f")]
+        cols.append(("paper_setting", "paper setting", "s"))
     if not abl.empty:
         abl["_m"] = abl["method"].map(method_sort_key)
         abl = abl.sort_values(["model", "benchmark", "budget", "_m"]).drop(columns="_m").reset_index(drop=True)
@@ -640,7 +647,7 @@ TABLES = ("table1", "main", "ablation", "sweep")
 
 
 def make_tables(runs: Sequence[str | Path], out: str | Path, which: str = "all",
-                recall: str | Path | None = None) -> list[Path]:
+                recall: str | Path | Sequence[str | Path] | None = None) -> list[Path]:
     df, summary, _, dropped = build(runs)
     if df.empty:
         raise SystemExit(f"no records under {', '.join(map(str, runs))} (expected <run_dir>/records/*.jsonl)")
@@ -662,7 +669,8 @@ def make_tables(runs: Sequence[str | Path], out: str | Path, which: str = "all",
         elif name == "main":
             t = main_table(summary)
         elif name == "ablation":
-            t = ablation_table(summary, load_recall(recall) if recall else None)
+            files = [recall] if isinstance(recall, (str, Path)) else list(recall or [])
+            t = ablation_table(summary, [load_recall(f) for f in files] if files else None)
         elif name == "sweep":
             t = sweep_table(summary)
         else:
@@ -677,7 +685,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--runs", nargs="+", required=True, help="run directories holding records/*.jsonl")
     ap.add_argument("--out", default="results", help="output directory (default: results)")
     ap.add_argument("--table", default="all", choices=[*TABLES, "all"])
-    ap.add_argument("--recall", default=None, help="replay recall JSON (contextrender.experiments.evaluation.replay output) for ablation")
+    ap.add_argument("--recall", nargs="+", default=None,
+                    help="replay recall JSON file(s) (contextrender replay / evaluation.replay output), one per "
+                         "benchmark, for the ablation table")
     args = ap.parse_args(argv)
     for p in make_tables(args.runs, args.out, args.table, args.recall):
         print(p)

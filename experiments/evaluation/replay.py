@@ -31,6 +31,14 @@ counter, so the per-method cost is the policy's own work plus its session.
 Two audits guard the metric: a result claimed visible must appear with its
 complete original text (else :class:`ReplayError`), and each render's history
 tokens are recounted from its messages for the over-budget count.
+
+Every render is also checked and measured for the failure modes users report
+(:mod:`~contextrender.experiments.evaluation.measures`, issue 17): pairing
+validity is asserted (a render that splits a tool call from its result raises
+:class:`~contextrender.experiments.evaluation.measures.PairingError`), and each
+method's summary carries ``measures`` — identifier survival overall and by age,
+the recorded re-reads its renders would have left without their earlier result
+(per episode and per 100 calls), and prompt-cache prefix retention.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from tqdm import tqdm
 
 from contextrender.embed import CachedEmbedder
 from contextrender.events import Message, Usage
+from contextrender.experiments.evaluation.measures import MeasureStats, MeasureTracker
 from contextrender.experiments.evaluation.recall import AGE_BINS, RecallStats, count_events, recall, reuse_events
 from contextrender.experiments.evaluation.traces import Episode, TraceSet, open_traces
 from contextrender.graph import ContextGraph, Session
@@ -75,6 +84,7 @@ class MethodTally:
     name: str
     budgeted: bool
     stats: RecallStats = field(default_factory=RecallStats)
+    measures: MeasureStats = field(default_factory=MeasureStats)  # the failure-mode measures
     renders: int = 0
     tokens_sum: int = 0
     tokens_max: int = 0
@@ -97,6 +107,7 @@ class MethodTally:
             "max_rendered_tokens": self.tokens_max if self.renders else None,
             "over_budget_renders": self.over_budget,
             "renders": self.renders,
+            "measures": self.measures.summary(),
         }
 
 
@@ -383,6 +394,7 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         tally = tallies[name]
         t0 = time.perf_counter()
         session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
+        tracker = MeasureTracker(counter)
         visible: dict[int, frozenset[int]] = {}
         for j, idx in enumerate(turns):
             # spec §7: the selector sees exactly the messages before assistant message j.
@@ -390,6 +402,8 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
             rendered = policy.render(session, budget)
             where = f"{name} on {episode.where or f'line {episode.line}'} (task {episode.task_id}) before turn {j}"
             check_visible(session, rendered, where)
+            tracker.on_render(session, rendered, where)  # raises PairingError on a split call/result pair
+            tracker.on_turn(msgs[idx])
             audited = history_tokens(session, rendered)
             if audited != rendered.tokens and not tally.warned:
                 tally.warned = True
@@ -400,6 +414,7 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
             if on_render is not None:
                 on_render(name, episode, j, session, rendered)
         tally.stats = tally.stats + recall(events, visible)
+        tally.measures = tally.measures + tracker.stats
         tally.seconds += time.perf_counter() - t0
     return count_events(events)
 
@@ -532,6 +547,19 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     if any_ref and paper:
         lines += ["", f"In parentheses: paper {paper['table']} ({paper['model']}, {paper['benchmark']}, "
                       f"B={result.budget})."]
+    lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
+                  "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
+              "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
+              + " | re-reads | per episode | per 100 calls | prefix retention | token-weighted |",
+              "|---|" + "---:|" * (6 + len(AGE_BINS))]
+    for name, t in result.methods.items():
+        ms = t.measures.summary()
+        per_ep = ms["rereads_per_episode"]
+        lines.append(f"| {name} | {_fmt(ms['identifier_survival'])} | "
+                     + " | ".join(_fmt(ms["identifier_survival_by_age"][b]) for b in AGE_BINS)
+                     + f" | {ms['rereads']} | {'–' if per_ep is None else f'{per_ep:.2f}'}"
+                     + f" | {_fmt(ms['rereads_per_100_calls'])} | {_fmt(ms['prefix_retention'])}"
+                     + f" | {_fmt(ms['prefix_retention_tokens'])} |")
     return "\n".join(lines) + "\n"
 
 

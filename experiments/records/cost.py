@@ -3,7 +3,11 @@
     C = ([2(1−ρ) + 0.5ρ]·P + 8·O + 0.13·E) / 1e6    (USD per task)
 
 P, O, E are input, output and embedding tokens over ALL calls of the task
-(agent, summariser/compressor, embeddings). ρ is the cache fraction observed
+(agent, summariser/compressor, embeddings: :data:`COST_PARTS`). A usage part a
+benchmark adds for its own model calls — τ²'s LLM user simulator, ``user`` —
+is the environment's spend, not the method's: it is reported apart in the
+record, counted by the spend caps (:func:`upper_bound_cost`), and left out of C
+and ρ (the paper's setups have no LLM user). ρ is the cache fraction observed
 in Full-history runs of the same model × benchmark and is used for every
 method. Costs are compared on T, the tasks whose Full-history run exceeded B
 before some invocation; normalised cost is a ratio of means.
@@ -18,6 +22,8 @@ INPUT_USD_PER_M = 2.0
 CACHED_INPUT_USD_PER_M = 0.5
 OUTPUT_USD_PER_M = 8.0
 EMBEDDING_USD_PER_M = 0.13
+#: The usage parts that C covers (spec §7); any other part (τ²'s ``user``) is spend only.
+COST_PARTS = ("agent", "compactor", "embeddings")
 
 
 def task_cost(input_tokens: int, output_tokens: int, embedding_tokens: int, rho: float) -> float:
@@ -28,11 +34,13 @@ def task_cost(input_tokens: int, output_tokens: int, embedding_tokens: int, rho:
     return (per_input * input_tokens + OUTPUT_USD_PER_M * output_tokens + EMBEDDING_USD_PER_M * embedding_tokens) / 1e6
 
 
-def record_tokens(rec: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """(P, O, E, cached) summed over a record's usage parts (agent, compactor, embeddings)."""
+def record_tokens(rec: Mapping[str, Any], parts: tuple[str, ...] | None = COST_PARTS) -> tuple[int, int, int, int]:
+    """(P, O, E, cached) summed over a record's usage parts in C (``parts=None``: every part)."""
     usage = rec["usage"]
     p = o = e = c = 0
-    for part in usage.values():
+    for name, part in usage.items():
+        if parts is not None and name not in parts:
+            continue
         p += int(part.get("input", 0))
         o += int(part.get("output", 0))
         e += int(part.get("embedding", 0))
@@ -56,8 +64,13 @@ def record_cost(rec: Mapping[str, Any], rho: float) -> float:
 
 
 def upper_bound_cost(rec_usage: Mapping[str, Mapping[str, int]]) -> float:
-    """Cost with ρ = 0 — what spend caps use, since ρ is known only after Full runs."""
-    return record_cost({"usage": rec_usage}, 0.0)
+    """Spend with ρ = 0 — what spend caps use, since ρ is known only after Full runs.
+
+    Over every usage part, a benchmark's own (τ²'s ``user``) included: the
+    caps bound money spent. Without such a part it equals C at ρ = 0.
+    """
+    p, o, e, _ = record_tokens({"usage": rec_usage}, parts=None)
+    return task_cost(p, o, e, 0.0)
 
 
 def comparison_set(full_records: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -36,7 +36,10 @@ from contextrender.files import private_dir
 
 #: 2: ``retryable`` (infrastructure errors are rerun; schema 1 records have none and are outcomes)
 #: 3: ``metric`` (the benchmark's primary metric, which tables report) and ``code_version``
-SCHEMA_VERSION = 3
+#: 4: ``measures`` (the failure-mode measures' counts, experiments.evaluation.measures) and, per render,
+#:    ``input_tokens``, ``prefix_tokens``, ``id_uses``, ``id_survived``, ``calls``, ``rereads``; older
+#:    records have none of them (readers treat the measures as unknown, never as zero)
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "error", "step_limit", "cost_limit")
 
 
@@ -68,12 +71,19 @@ def config_hash(cfg: Any) -> str:
 
 @dataclass(frozen=True)
 class RenderStat:
-    """One invocation: what the policy rendered."""
+    """One invocation: what the policy rendered (and, schema 4, how it fared on the measures)."""
 
     t: int
     tokens: int  # Tok(H_t) rendered
     full_tokens: int  # Tok(H_full) before this invocation
     visible: tuple[int, ...]  # seqs of results visible in full
+    # schema 4 (experiments.evaluation.measures); None / 0 in what older code wrote
+    input_tokens: int | None = None  # Tok of every rendered message (system prompt and current user included)
+    prefix_tokens: int | None = None  # of them, the leading messages unchanged since the previous render
+    id_uses: int = 0  # identifier uses by the turn that followed this render
+    id_survived: int = 0  # of them, visible (whole token, any form) in this render
+    calls: int = 0  # tool calls of that turn
+    rereads: int = 0  # of them, repeats of an earlier call whose result this render hid
 
 
 @dataclass
@@ -94,6 +104,9 @@ class EpisodeRecord:
     invocations: int
     renders: list[RenderStat]
     metric: str = ""  # the benchmark's primary metric (schema 3; older records: analysis infers it)
+    #: the failure-mode measures' counts (schema 4: MeasureStats.to_dict(); None in older records and
+    #: in a retryable error without an episode)
+    measures: dict[str, Any] | None = None
     weights: dict[str, float] | None = None
     compactor: str | None = None
     embedder: str | None = None

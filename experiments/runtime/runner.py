@@ -19,6 +19,9 @@ nothing about the task: it is recorded ``status: "error", retryable: true``
 without a score or trace, is not done, and the next run retries it
 (``experiments.records.effective_records``). When a record cannot be written
 at all, the job stops scheduling and raises after the running episodes end.
+A render that splits a tool call from its result
+(:class:`~contextrender.experiments.evaluation.measures.PairingError`) is a
+bug, neither outcome nor infrastructure: it stops the job at once.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tqdm import tqdm
 
 from contextrender.baselines.acon import resolve_thresholds
 from contextrender.events import Usage
+from contextrender.experiments.evaluation.measures import PairingError
 from contextrender.experiments.records.cost import upper_bound_cost
 from contextrender.experiments.records.jsonl import JsonlFile, Repair
 from contextrender.experiments.records.schema import (
@@ -230,6 +234,8 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
                 score = {metric: 0.0}
             messages = session.openai_messages()
             graph.release(session.id)  # the episode is over: its rows stay, its memory goes
+        except PairingError:
+            raise  # a policy split a tool call from its result: a bug, not infrastructure — stop the job
         except Exception as exc:  # noqa: BLE001 — infrastructure, not the task: a retryable row
             status, score, extra, retryable = "error", {}, {}, True
             # Provider errors may quote a key or a credentialed URL: never store them as they are.
@@ -245,6 +251,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
             cost_upper_usd=upper_bound_cost(usage),
             exceeded_budget=ep.exceeded_budget if ep is not None else False,
             invocations=ep.invocations if ep is not None else 0, renders=ep.renders if ep is not None else [],
+            measures=ep.measures.to_dict() if ep is not None and not retryable else None,
             weights=weights, compactor=getattr(compactor, "name", None), embedder=getattr(embedder, "name", None),
             error=error, retryable=retryable, synthetic=bool(getattr(benchmark, "synthetic", False)),
             trace=None if retryable else str(traces.path), config_hash=chash, extra=extra)

@@ -271,3 +271,23 @@ def test_recorded_metric_wins_over_the_benchmark_name():
     assert tables.primary_metric("bfcl_multi_turn_long_context", {"task_acc", "turn_acc"}, {""}) == "task_acc"
     with pytest.raises(ValueError, match="several primary metrics"):
         tables.primary_metric("x", {"a", "b"}, {"a", "b"})
+
+
+def test_ablation_takes_one_recall_file_per_benchmark(tmp_path):
+    # Two benchmarks at one budget (the offline main job runs τ²-retail and BFCL): each replay's recall
+    # goes to its own benchmark's rows, never to the other's.
+    recs = [rec(m, t, M, exceeded=True, bench=bench, budget=B) for bench in ("bench_a", "bench_b")
+            for m in ("full", "contextrender", "cr_recency") for t in "ab"]
+    runs = write_runs(tmp_path / "runs", recs)
+    files = []
+    for bench, value in (("bench_a", 11.0), ("bench_b", 22.0)):
+        r = {"budget": B, "benchmark": bench, "traces": 2, "events": 5, "events_by_age": {},
+             "methods": {"contextrender": {"recall": value, "recall_by_age": {}}}}
+        files.append(tmp_path / f"recall_{bench}.json")
+        files[-1].write_text(json.dumps(r), encoding="utf-8")
+    tables.make_tables([runs], tmp_path / "out", "ablation", recall=files)
+    csv = (tmp_path / "out" / "table_ablation.csv").read_text(encoding="utf-8").splitlines()
+    header = csv[0].split(",")
+    rows = [dict(zip(header, line.split(","), strict=False)) for line in csv[1:]]
+    got = {(r["benchmark"], r["method"]): r["recall"] for r in rows if r["method"] == "contextrender"}
+    assert got == {("bench_a", "contextrender"): "11.0", ("bench_b", "contextrender"): "22.0"}

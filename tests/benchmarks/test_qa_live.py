@@ -35,7 +35,7 @@ def _run(bench, budget: int = 6000):
         policy = build_policy(method_config("contextrender"), embedder=HashingEmbedder(),
                               compactor=ExtractiveCompactor())
         model = LiteLLMModel(MODEL, cache=False)
-        ep = Episode(session, policy, model.episode(task, session), budget, Limits(max_steps=40, max_task_cost_usd=2.0))
+        ep = Episode(session, policy, model.episode(task, session), budget, Limits(max_steps=40, max_cost_usd=2.0))
         out = bench.run_episode(task, ep)
         return task, ep, out
     finally:

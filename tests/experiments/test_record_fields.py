@@ -1,4 +1,4 @@
-"""Schema 3: a record names its primary metric and the code version that produced it."""
+"""Schema 3: a record names its primary metric and the code version that produced it; schema 4: its measures."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ def test_record_names_metric_and_code_version(tmp_path):
                                            "model=oracle", "method=prune", "budget=1500", "benchmark.limit=1"])
     run_job(cfg)
     (rec,) = load_records(tmp_path)
-    assert rec["schema_version"] == SCHEMA_VERSION == 3
+    assert rec["schema_version"] == SCHEMA_VERSION == 4
+    # schema 4: the failure-mode measures' counts, and per render the prefix and identifier counts
+    assert rec["measures"]["episodes"] == 1 and rec["measures"]["renders"] == rec["invocations"]
+    assert rec["measures"]["tool_calls"] == sum(r["calls"] for r in rec["renders"]) > 0
+    assert rec["renders"][0]["prefix_tokens"] is None
+    assert all(0 <= r["prefix_tokens"] <= r["input_tokens"] for r in rec["renders"][1:])
     assert rec["metric"] == "task_acc" and rec["metric"] in rec["score"]
     assert rec["code_version"].startswith(contextrender.__version__)
     # From a checkout the commit is part of the version, so records of different code never look alike.

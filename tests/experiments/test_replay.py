@@ -305,7 +305,8 @@ def test_cli_end_to_end(tmp_path):
     assert list(res["methods"]) == ["contextrender", "cr_recency"]
     for m in res["methods"].values():
         assert list(m) == ["recall", "recall_by_age", "mean_rendered_tokens", "max_rendered_tokens",
-                           "over_budget_renders", "renders"]
+                           "over_budget_renders", "renders", "measures"]
+        assert m["measures"]["pairing_checked_renders"] == m["renders"]
         assert list(m["recall_by_age"]) == ["le3", "4_10", "11_25", "gt25"]
         assert m["over_budget_renders"] == 0 and m["max_rendered_tokens"] <= 300
         assert m["renders"] == sum(len(e.assistant_indices) for e in eps)

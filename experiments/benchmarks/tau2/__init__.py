@@ -9,7 +9,10 @@ not depend on each other's side:
   tool schemas, the opening message and the (offline) user;
 * :mod:`.evaluation`: the trajectory in τ²'s message models and τ²'s evaluator;
 * :mod:`.oracle_script`: the offline oracle's script (careful-agent lookups,
-  then the reference actions) — used only with ``model=oracle``.
+  then the reference actions) — used only with ``model=oracle``;
+* :mod:`.live`: τ²'s ``UserSimulator`` as the user, its model calls through
+  the harness's model layer (and why the live agent is the harness's own
+  episode loop rather than ``LLMAgent``).
 """
 
 from contextrender.experiments.benchmarks.tau2.benchmark import Tau2Bench
@@ -25,10 +28,13 @@ from contextrender.experiments.benchmarks.tau2.environment import (
     tool_schemas,
 )
 from contextrender.experiments.benchmarks.tau2.evaluation import Tau2Score, Trajectory, evaluate
+from contextrender.experiments.benchmarks.tau2.live import DEFAULT_USER_MODEL, SimulatedUser
 
 __all__ = [
+    "DEFAULT_USER_MODEL",
     "DOMAINS",
     "OfflineUser",
+    "SimulatedUser",
     "Tau2Bench",
     "Tau2Score",
     "Tau2Task",

@@ -6,22 +6,30 @@ read from its source):
 * a fresh environment from τ²'s registry; system prompt = ``LLMAgent``'s,
   built from the domain policy; tools = the environment's OpenAI schemas;
 * the orchestrator's first agent message ("Hi! How can I help you today?"),
-  then the user's opening message (:func:`.environment.opening_message`);
+  then the user's answer to it (offline: :func:`.environment.opening_message`;
+  live: τ²'s ``UserSimulator``, :mod:`.live`);
 * the agent is stepped (``episode.step(tools)``): every tool call is answered
   by ``Environment.get_response`` and fed back as a ``tool`` message; a reply
-  without tool calls goes to the user, who answers or ends the call — the
-  offline user ends it (τ²'s ``###STOP###``), so the agent's first text
-  reply is its closing message;
+  without tool calls goes to the user, who answers or ends the call — with a
+  stop token (``###STOP###``, ``###TRANSFER###``, ``###OUT-OF-SCOPE###``:
+  ``UserSimulator.is_stop``), kept in τ²'s trajectory and never shown to the
+  agent; the offline user ends it after the agent's first text reply (its
+  closing message). The agent never ends the call itself (``LLMAgent`` has
+  ``BaseAgent.is_stop``: False), and ``transfer_to_human_agents`` is one of
+  the domain's tools like any other;
 * τ²'s limits: ``max_steps`` orchestrator steps (each agent message, each
   batch of tool results, each user message; default 200) and ``max_errors``
-  tool errors (default 10) end the episode with τ²'s termination reason,
-  which τ²'s evaluator scores 0;
+  tool errors (default 10), checked after every step whose message does not
+  go to the environment, the error limit last (as ``Orchestrator.run``), end
+  the episode with τ²'s termination reason, which τ²'s evaluator scores 0; an
+  empty message (no text, no tool calls) is τ²'s ``agent_error`` /
+  ``user_error`` (``validate()`` fails in the orchestrator);
 * scored by τ²'s evaluator on the trajectory (:mod:`.evaluation`).
 
-The benchmark never looks at the model: with ``model=oracle`` the oracle
-follows :attr:`Tau2Task.reference` (:mod:`.oracle_script`); a live agent
-plays the same loop, and a live user replaces :class:`.OfflineUser` through
-``user_factory``.
+The benchmark never looks at the model, except to choose the user when
+``user=auto``: τ²'s ``UserSimulator`` for an API model (a ``LiteLLMModel``),
+the offline user otherwise (the oracle follows :attr:`Tau2Task.reference`,
+:mod:`.oracle_script`). ``user_factory`` replaces either.
 
 Undecodable tool-call arguments (a live model's) get an error result and are
 left out of τ²'s trajectory: τ²'s own agent fails before it could emit them,
@@ -31,6 +39,7 @@ and its evaluator replays every call it is given.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,12 +56,15 @@ from contextrender.experiments.benchmarks.tau2.environment import (
     tool_schemas,
 )
 from contextrender.experiments.benchmarks.tau2.evaluation import Trajectory, evaluate
+from contextrender.experiments.benchmarks.tau2.live import DEFAULT_USER_MODEL, SimulatedUser
 from contextrender.experiments.runtime.episode import Episode, EpisodeStop
+from contextrender.experiments.runtime.models import LiteLLMModel
 from contextrender.experiments.runtime.oracle import OracleEpisode
 
 __all__ = ["Tau2Bench"]
 
 _MAX_HIDDEN_IN_EXTRA = 20
+USERS = ("auto", "offline", "simulator")
 
 
 def _decode(raw: Any) -> dict[str, Any] | str:
@@ -123,9 +135,13 @@ class Tau2Bench:
 
     def __init__(self, domain: str = "retail", split: str = "base", limit: int | None = None,
                  ids: list[str] | None = None, max_steps: int | None = None, max_errors: int | None = None,
-                 nl_assertions: bool = False, user_factory: Callable[[Tau2Task], User] | None = None) -> None:
+                 nl_assertions: bool = False, user: str = "auto", user_model: str = DEFAULT_USER_MODEL,
+                 user_model_args: dict[str, Any] | None = None,
+                 user_factory: Callable[[Tau2Task], User] | None = None) -> None:
         if domain not in DOMAINS:
             raise ValueError(f"unsupported τ² domain {domain!r}; expected one of {DOMAINS}")
+        if user not in USERS:
+            raise ValueError(f"unknown τ² user {user!r}; expected one of {USERS}")
         self.domain = domain
         self.name = f"tau2_{domain}"
         self.split = split
@@ -134,7 +150,12 @@ class Tau2Bench:
         self.max_steps = max_steps
         self.max_errors = max_errors
         self.nl_assertions = nl_assertions
-        self.user_factory = user_factory or (lambda task: OfflineUser())
+        self.user = user
+        self.user_model = user_model
+        self.user_model_args = dict(user_model_args or {})
+        self.user_factory = user_factory
+        self._user_llm: LiteLLMModel | None = None
+        self._lock = threading.Lock()
         self._tasks: list[Tau2Task] | None = None
 
     def tasks(self) -> list[Tau2Task]:
@@ -142,46 +163,85 @@ class Tau2Bench:
             self._tasks = load_tasks(self.domain, self.split, self.ids, self.limit)
         return list(self._tasks)
 
+    # -- the user -----------------------------------------------------------------------
+
+    def user_llm(self) -> LiteLLMModel:
+        """The simulator's harness model (``user_model`` through litellm; one per benchmark, built on first use)."""
+        with self._lock:
+            if self._user_llm is None:
+                self._user_llm = LiteLLMModel(self.user_model, **self.user_model_args)
+            return self._user_llm
+
+    def make_user(self, task: Tau2Task, episode: Episode) -> User:
+        """``user_factory``'s user, or by ``user``: ``auto`` plays τ²'s simulator against an API model only."""
+        if self.user_factory is not None:
+            user = self.user_factory(task)
+        else:
+            kind = self.user
+            if kind == "auto":
+                kind = "simulator" if isinstance(episode.model, LiteLLMModel) else "offline"
+            user = SimulatedUser(task, self.user_llm()) if kind == "simulator" else OfflineUser()
+        bind = getattr(user, "bind_episode", None)
+        if bind is not None:
+            bind(episode)
+        return user
+
     # -- one episode ------------------------------------------------------------------
 
     def run_episode(self, task: Tau2Task, episode: Episode) -> EpisodeOutcome:
         t = tau2()
         max_steps = self.max_steps if self.max_steps is not None else t.max_steps
         max_errors = self.max_errors if self.max_errors is not None else t.max_errors
+        is_stop = t.user_simulator.UserSimulator.is_stop
         env = new_environment(task.domain)
         tools = tool_schemas(env)
-        user = self.user_factory(task)
+        user = self.make_user(task, episode)
         traj = Trajectory()
         log = _Log(episode)
+        steps = errors = 0
+
+        def limits(termination: str | None) -> str | None:
+            # after a step whose message does not go to the environment; as Orchestrator.run, the later check wins
+            if steps >= max_steps:
+                termination = "max_steps"
+            if errors >= max_errors:
+                termination = "too_many_errors"
+            return termination
+
+        def from_user(text: str | None) -> str | None:
+            """One user step; the termination it causes (None: the message went to the agent)."""
+            nonlocal steps
+            steps += 1
+            if text is None:  # the offline user ends the call
+                traj.user(t.stop)
+                return "user_stop"
+            if not text.strip():  # τ²: UserMessage.validate() fails
+                return "user_error"
+            traj.user(text)
+            if is_stop(t.message.UserMessage(role="user", content=text)):
+                return "user_stop"
+            log.add({"role": "user", "content": text})
+            return None
 
         log.add({"role": "system", "content": system_prompt(env)})
         log.add({"role": "assistant", "content": t.greeting})
         traj.assistant(t.greeting)
-        opening = user.opening(task)
-        log.add({"role": "user", "content": opening})
-        traj.user(opening)
-        steps, errors, termination, status, stopped = 1, 0, None, "ok", None  # τ² counts the user's opening
+        termination, status, stopped = None, "ok", None
         try:
+            termination = limits(from_user(user.opening(task)))
             while termination is None:
                 message = log.step(tools)
                 steps += 1
                 calls = message.get("tool_calls") or []
                 if not calls:  # to the user
                     text = message.get("content") or ""
+                    if not text.strip():  # τ²: AssistantMessage.validate() fails
+                        termination = "agent_error"
+                        break
                     traj.assistant(text)
-                    if errors >= max_errors:
-                        termination = "too_many_errors"
-                    elif steps >= max_steps:
-                        termination = "max_steps"
-                    elif (reply := user.reply(text)) is None:
-                        traj.user(t.stop)
-                        termination = "user_stop"
-                    else:
-                        steps += 1
-                        log.add({"role": "user", "content": reply})
-                        traj.user(reply)
-                        if steps >= max_steps:
-                            termination = "max_steps"
+                    termination = limits(None)
+                    if termination is None:
+                        termination = limits(from_user(user.reply(text)))
                     continue
                 executed, results = [], []
                 for tc in calls:
@@ -201,13 +261,14 @@ class Tau2Bench:
                     if response is not None:
                         traj.tool(response)
                 steps += 1
-                if steps >= max_steps:
-                    termination = "max_steps"
-                elif errors >= max_errors:
-                    termination = "too_many_errors"
+                termination = limits(None)
         except EpisodeStop as stop:  # the harness's step/cost cap: τ² would call it max_steps
             status, stopped, termination = stop.status, str(stop), "max_steps"
-        return self._outcome(task, episode, traj, termination, status, stopped, log.profile())
+        outcome = self._outcome(task, episode, traj, termination, status, stopped, log.profile())
+        describe = getattr(user, "describe", None)
+        if describe is not None:
+            outcome.extra["user"] = describe()
+        return outcome
 
     def _outcome(self, task: Tau2Task, episode: Episode, traj: Trajectory, termination: str, status: str,
                  stopped: str | None, prof: dict[str, int]) -> EpisodeOutcome:

@@ -12,8 +12,9 @@ expects when it replays the trajectory.
 
 The offline user (:class:`OfflineUser`) is the user simulator's stand-in: it
 opens with :func:`opening_message` and ends the conversation (τ²'s stop
-token ``###STOP###``) after the agent's first reply without tool calls. A live
-``UserSimulator`` plugs in through the same two methods.
+token ``###STOP###``) after the agent's first reply without tool calls. τ²'s
+own ``UserSimulator`` plugs in through the same two methods
+(:class:`~.live.SimulatedUser`).
 """
 
 from __future__ import annotations
@@ -58,11 +59,14 @@ def tau2() -> SimpleNamespace:
     import tau2.evaluator.evaluator as evaluator
     import tau2.orchestrator.orchestrator as orchestrator
     import tau2.user.base as user_base
+    import tau2.user.user_simulator as user_simulator
+    import tau2.utils.llm_utils as llm_utils
     from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
     from tau2.registry import registry
 
     return SimpleNamespace(llm_agent=llm_agent, message=message, simulation=simulation, tasks=tasks,
                            evaluator=evaluator, orchestrator=orchestrator, registry=registry,
+                           user_simulator=user_simulator, llm_utils=llm_utils,
                            stop=user_base.STOP, greeting=orchestrator.DEFAULT_FIRST_AGENT_MESSAGE.content,
                            max_steps=DEFAULT_MAX_STEPS, max_errors=DEFAULT_MAX_ERRORS)
 
@@ -234,9 +238,19 @@ def load_tasks(domain: str, split: str = "base", ids: list[str] | None = None,
 # -- the user ----------------------------------------------------------------------------
 
 class User(Protocol):
-    """The user side of a conversation: the opening message, then a reply to each agent message."""
+    """The user side of a conversation: the opening message, then a reply to each agent message.
 
-    def opening(self, task: Tau2Task) -> str: ...
+    A message that holds one of τ²'s stop tokens (``###STOP###``,
+    ``###TRANSFER###``, ``###OUT-OF-SCOPE###``: ``UserSimulator.is_stop``) ends
+    the call and goes into τ²'s trajectory as it is, never to the agent; None
+    ends it too (τ²'s ``###STOP###`` is recorded). A user that also has
+    ``bind_episode(episode)`` is given the episode first (the simulator counts
+    its model calls there, as the ``user`` usage part).
+    """
+
+    def opening(self, task: Tau2Task) -> str | None:
+        """The user's first message: the answer to the agent's greeting."""
+        ...
 
     def reply(self, agent_text: str) -> str | None:
         """The user's next message, or None when the user ends the conversation (τ²'s stop token)."""
