@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +68,12 @@ class GraphError(RuntimeError):
     """The graph cannot take this input (diverged history, wrong encoding...)."""
 
 
-def omission_marker(tool_name: str, call_id: str) -> str:
-    """What an omitted result leaves on its tool call (spec §5, project choice).
-
-    The call stays, so call/result pairing is valid for provider APIs; the
-    marker names the call and is charged to B like any other text.
-    """
-    return f"[result of {tool_name} (call {call_id}) omitted to fit the context budget]"
+#: What an omitted result's tool message says (spec §5, project choice): a minimal fixed text.
+#: The tool call stays in its assistant message (so call/result pairing stays valid for provider
+#: APIs) and already names the tool, its arguments and the call id; the marker repeats none of
+#: it. It is charged to B like any other text. The same for every policy of the paper and this
+#: project; the peer strategies (baselines/peers) keep their frameworks' own placeholders.
+OMISSION_MARKER = "[omitted]"
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class ToolResult:
     tool_name: str
     invocation: int  # k: the invocation whose tool call produced it (spec §4, age = t − k)
     ntok: int  # Tok of the tool message with its full content
-    marker_ntok: int  # Tok of the tool message carrying the omission marker
+    marker_ntok: int  # Tok of the tool message carrying OMISSION_MARKER (the session's count)
     created_at: float
 
 
@@ -251,6 +250,8 @@ class Session:
         self.graph = graph
         self.id = session_id
         self.counter = counter
+        #: Tok of a tool message carrying :data:`OMISSION_MARKER` under this session's counter.
+        self.marker_ntok = MESSAGE_OVERHEAD + counter.text(OMISSION_MARKER)
         self._messages: list[Message] = []
         self._ntok: list[int] = []
         self._total_ntok = 0
@@ -279,7 +280,9 @@ class Session:
             self._remember(msg, ntok, digest, inv)
         for row in q("SELECT seq, call_id, call_seq, tool_name, invocation, ntok, marker_ntok, created_at "
                      "FROM tool_results WHERE session_id = ? ORDER BY seq", (self.id,)):
-            r = ToolResult(*row)
+            # The stored marker count is not trusted: graphs written before the marker became
+            # minimal hold the longer marker's count. The marker is fixed, so recount it.
+            r = replace(ToolResult(*row), marker_ntok=self.marker_ntok)
             self._results.append(r)
             self._result_by_seq[r.seq] = r
         values: dict[int, list[str]] = {}
@@ -361,9 +364,8 @@ class Session:
                 tool_name, result_inv = tc.name, k
             else:  # an orphan result: treat it as produced by the latest invocation
                 call_seq, tool_name, result_inv = None, msg.name or "tool", self._n_assistant - 1
-            marker = omission_marker(tool_name, msg.tool_call_id)
             result = ToolResult(seq, msg.tool_call_id, call_seq, tool_name, result_inv, ntok,
-                                MESSAGE_OVERHEAD + self.counter.text(marker), now)
+                                self.marker_ntok, now)
             invocation = result_inv
             values = self.flow.add_result(seq, msg.content)
         elif msg.role == "assistant":
@@ -573,4 +575,4 @@ class Session:
         return json.loads(rows[0][0]) if rows else None
 
 
-__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "omission_marker"]
+__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "OMISSION_MARKER"]

@@ -20,13 +20,6 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
 - ``lexical`` (W_lex): a fourth usefulness term W_lex·(1 − exp(−k)), k = number
   of the result's qualifying values that occur as whole tokens (TFA matching)
   in the current user message or the latest rendered assistant message.
-- ``terse_markers``: an omitted result's tool message says only ``[omitted]``.
-  Its tool call stays in the kept assistant message (name, arguments, call
-  id), so the paper's marker text, which repeats the tool name and call id,
-  tells the model nothing it does not already see; the tokens saved on every
-  omitted result go to full results. The verbatim trim (spec §5 step 3) is
-  still decided with the paper's markers, so the same turns are kept and the
-  candidates are the same as ContextRender's; only the room for results grows.
 - ``compact_omitted`` (needs a compactor): an omitted result larger than the
   oversized cap (``oversized_share``·B) is shown in its compacted form when
   that fits in the budget left after the full results — the paper compacts
@@ -55,14 +48,11 @@ from contextrender.tfa import match_tokens
 
 
 class ContextRenderPlus(ContextRender):
-    """ContextRender with lexical relevance, packing, terse markers, stubs and compacted omitted
-    results — each a switch (see the module docstring)."""
-
-    #: What an omitted result's tool message carries with ``terse_markers`` on.
-    TERSE_MARKER = "[omitted]"
+    """ContextRender with lexical relevance, packing, stubs and compacted omitted results — each a
+    switch (see the module docstring)."""
 
     def __init__(self, *, packing: bool = True, stubs: bool = True, lexical: float = 1.0,
-                 terse_markers: bool = True, compact_omitted: bool = True, stub_max_values: int = 12,
+                 compact_omitted: bool = True, stub_max_values: int = 12,
                  embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
         if stub_max_values < 0:
@@ -70,7 +60,6 @@ class ContextRenderPlus(ContextRender):
         self.packing = bool(packing)
         self.stubs = bool(stubs)
         self.lexical = float(lexical)
-        self.terse_markers = bool(terse_markers)
         self.compact_omitted = bool(compact_omitted)
         self.stub_max_values = int(stub_max_values)
         self._values: dict[tuple[str, int], tuple[str, ...]] = {}
@@ -78,8 +67,7 @@ class ContextRenderPlus(ContextRender):
         super().__init__(name=name, embedder=embedder, compactor=compactor,
                          terms=(self._lexical_term,) if self.lexical != 0.0 else (),
                          chooser=self._packing_chooser if self.packing else None,
-                         filler=self._fill_omitted if (self.stubs or self.compact_omitted) else None,
-                         marker=self._terse if self.terse_markers else None, **kwargs)
+                         filler=self._fill_omitted if (self.stubs or self.compact_omitted) else None, **kwargs)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -93,16 +81,9 @@ class ContextRenderPlus(ContextRender):
             self._values[key] = vals
         return vals
 
-    def _terse(self, session: Session, seq: int) -> str:
-        return self.TERSE_MARKER
-
-    def marker_for(self, session: Session, seq: int) -> str:
-        """What an omitted result leaves: the paper's marker, or ``[omitted]`` with ``terse_markers``."""
-        return self.TERSE_MARKER if self.terse_markers else marker_text(session, seq)
-
     def stub_text(self, session: Session, seq: int) -> str:
         """The omission marker plus up to ``stub_max_values`` qualifying values."""
-        marker = self.marker_for(session, seq)
+        marker = marker_text(session, seq)
         vals = self.values_of(session, seq)[: self.stub_max_values]
         if not vals:
             return marker

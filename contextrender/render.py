@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from contextrender.events import SYSTEM_ROLES, Message, Usage
-from contextrender.graph import Session, omission_marker
+from contextrender.graph import OMISSION_MARKER, Session
 from contextrender.tokens import MESSAGE_OVERHEAD
 
 
@@ -213,8 +213,8 @@ def assemble(session: Session, scope: Scope, shown: Iterable[int],
 
 
 def marker_text(session: Session, seq: int) -> str:
-    r = session.result(seq)
-    return omission_marker(r.tool_name, r.call_id)
+    """What omitted result ``seq`` leaves in its tool message: the fixed marker (spec §5, project choice)."""
+    return OMISSION_MARKER
 
 
 def text_message_tokens(counter: Any, text: str) -> int:

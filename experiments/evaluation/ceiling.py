@@ -20,8 +20,6 @@ from contextrender.graph import Session
 from contextrender.scoring import Weights
 from contextrender.selector import Choice, ContextRender, Stage
 
-TERSE_MARKER = "[omitted]"
-
 
 class HindsightChooser:
     """Step 4 with hindsight: among the candidates the next turn reuses, the smallest first while they fit.
@@ -46,13 +44,13 @@ class HindsightChooser:
 
 
 class HindsightCeiling(ContextRender):
-    """The ceiling as a selector with the hindsight chooser (``terse_markers``: with ``[omitted]`` markers)."""
+    """The ceiling as a selector with the hindsight chooser (the same markers and trim as every policy)."""
 
-    def __init__(self, *, terse_markers: bool, embedder: Any, name: str = "ceiling") -> None:
+    def __init__(self, *, embedder: Any, name: str = "ceiling") -> None:
         self.hindsight = HindsightChooser()
         # Scores are never used by the chooser: relevance off spares the query embeddings.
         super().__init__(weights=Weights(recency=1.0, relevance=0.0, reuse=0.0), embedder=embedder,
-                         chooser=self.hindsight, marker=(lambda s, q: TERSE_MARKER) if terse_markers else None,
+                         chooser=self.hindsight,
                          name=name)
 
     @property

@@ -17,10 +17,9 @@ Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50)
 (objective: mean of the per-set recalls at the fit budgets); the test halves are
 replayed once, after fitting, for every method and budget.
 
-Each test replay also reports two hindsight ceilings (:class:`HindsightCeiling`, not
-policies): the most reused results any selector with the same scope could have shown,
-with the paper's markers and with contextrender_plus's terse ones. They say how much
-room a better selector has at all on a trace set.
+Each test replay also reports the hindsight ceiling (:class:`HindsightCeiling`, not a
+policy): the most reused results any selector with the same scope and markers could have
+shown. It says how much room a better selector has at all on a trace set.
 """
 
 from __future__ import annotations
@@ -321,7 +320,7 @@ def run_replay(specs: Mapping[str, tuple[str, Mapping[str, Any]]], episodes: Seq
     emb = _embedder()
     comp = MemoCompactor(make_compactor("extractive"))
     policies = build(specs, emb, comp)
-    bounds = {name: HindsightCeiling(terse_markers=terse, embedder=emb) for name, terse in CEILINGS.items()
+    bounds = {name: HindsightCeiling(embedder=emb) for name in CEILINGS
               } if with_ceilings else {}
     policies.update(bounds)
 
@@ -391,13 +390,12 @@ def fit(split: Mapping[str, Mapping[str, Sequence[Episode]]], rounds: int = 2) -
 def eval_specs(params: Mapping[str, float]) -> dict[str, tuple[str, dict[str, Any]]]:
     fitted = dict(params)
     paper = {"lam": 0.3, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0, "weights.recency": 1.0}
-    off = {"packing": False, "stubs": False, "lexical": 0.0, "terse_markers": False}
+    off = {"packing": False, "stubs": False, "lexical": 0.0}
     return {
         "contextrender_plus": ("contextrender_plus", fitted),
         "plus −packing": ("contextrender_plus", {**fitted, "packing": False}),
         "plus −stubs": ("contextrender_plus", {**fitted, "stubs": False}),
         "plus −lexical": ("contextrender_plus", {**fitted, "lexical": 0.0}),
-        "plus −terse markers": ("contextrender_plus", {**fitted, "terse_markers": False}),
         "plus −fit (paper λ,γ,W)": ("contextrender_plus", {**fitted, **paper}),
         "fit only (switches off)": ("contextrender_plus", {**fitted, **off}),
         "contextrender": ("contextrender", {}),
@@ -411,7 +409,7 @@ def eval_specs(params: Mapping[str, float]) -> dict[str, tuple[str, dict[str, An
     }
 
 
-CEILINGS = {"hindsight ceiling (paper markers)": False, "hindsight ceiling (terse markers)": True}
+CEILINGS = ("hindsight ceiling",)
 
 
 def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
@@ -577,17 +575,17 @@ def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str
         lines.append("")
     lines += ["## Acceptance check (held-out test split, B=2000)", "",
               "| trace set | contextrender_plus | contextrender | Δ (points) | ≥ +9? | hindsight ceiling "
-              "(paper / terse markers) | room above contextrender | plus over-B renders (all B) |",
+              "| room above contextrender | plus over-B renders (all B) |",
               "|---|---:|---:|---:|---|---:|---:|---:|"]
     for set_name, by_b in evald.items():
         if "2000" not in by_b:
             continue
         ms = by_b["2000"]["methods"]
         a, c = ms["contextrender_plus"]["recall"], ms["contextrender"]["recall"]
-        cp, ct = (ms[k]["recall"] for k in CEILINGS)
+        ct = ms[CEILINGS[0]]["recall"]
         over = sum(by_b[b]["methods"]["contextrender_plus"]["over_budget_renders"] for b in by_b)
         lines.append(f"| {set_name} | {a:.1f} | {c:.1f} | {a - c:+.1f} | {'yes' if a - c >= 9 else 'NO'} | "
-                     f"{cp:.1f} / {ct:.1f} | {ct - c:+.1f} | {over} |")
+                     f"{ct:.1f} | {ct - c:+.1f} | {over} |")
     lines.append("")
     if orc:
         benches = list(orc)
@@ -652,10 +650,10 @@ def plot(evald: Mapping[str, Any], orc: Mapping[str, Any] | None, path: Path) ->
         for m in show:
             if m in evald[s][str(budgets[0])]["methods"]:
                 ax.plot(budgets, [evald[s][str(b)]["methods"][m]["recall"] for b in budgets], **style(m))
-        for name, terse in CEILINGS.items():
+        for name in CEILINGS:
             if name in evald[s][str(budgets[0])]["methods"]:
                 ys = [evald[s][str(b)]["methods"][name]["recall"] for b in budgets]
-                ax.plot(budgets, ys, color="0.45", lw=1.0, ls=":" if terse else "-.",
+                ax.plot(budgets, ys, color="0.45", lw=1.0, ls="-.",
                         label=name.replace("hindsight ceiling", "ceiling (hindsight)"))
         axis(ax, budgets, f"recall: {s} (held-out test split)", "Later-Used Result Recall (%)")
     for ax, bench in zip(axes[1] if benches else [], benches, strict=False):

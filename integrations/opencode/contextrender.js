@@ -27,7 +27,7 @@
  */
 
 const DEFAULT_URL = "http://127.0.0.1:8765"
-const DROPPED_RESULT = "[result omitted to fit the context budget]"
+const DROPPED_RESULT = "[omitted]"
 
 function settings(options) {
   const o = options || {}

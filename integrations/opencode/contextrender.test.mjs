@@ -73,7 +73,7 @@ test("transform replaces the history in place with the rendered one", { skip: !U
   // the task message is kept verbatim, first
   assert.deepEqual(messages[0], before[0])
   const tools = messages.flatMap((m) => m.parts.filter((p) => p.type === "tool"))
-  const omitted = tools.filter((p) => p.state.output.includes("omitted to fit the context budget"))
+  const omitted = tools.filter((p) => p.state.output.includes("[omitted]"))
   assert.ok(omitted.length > 0, "some results are replaced by markers")
   assert.ok(tools.length > omitted.length, "some results are shown in full")
   // every kept tool part is opencode's own object or a copy differing only in its output

@@ -236,3 +236,32 @@ def test_restart_resume_after_sigkill_equals_uninterrupted_build(tmp_path):
         resumed.sync(msgs)
         reference.sync(msgs)
         _compare(resumed, reference, budgets)
+
+
+def test_marker_cost_is_recounted_when_an_older_graph_is_opened(tmp_path, hashing_embedder):
+    """Graphs written before the marker became minimal (spec §5) store the old marker's count;
+    it is recounted on load, so an old file renders exactly like a new one."""
+    from contextrender.graph import OMISSION_MARKER
+    from contextrender.tokens import MESSAGE_OVERHEAD
+
+    t = Transcript()
+    for k in range(6):
+        t.call("get", {"k": k}, filler(f"res_{k}_val", 120))
+    path = tmp_path / "old.sqlite"
+    with ContextGraph(path) as g:
+        t.into(g, "s")
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:  # what an older version wrote: ~20–44 tokens for "[result of NAME (call ID) omitted ...]"
+        for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            raw.execute(f"DROP TRIGGER {name}")
+        raw.execute("UPDATE tool_results SET marker_ntok = 40")
+    finally:
+        raw.close()
+    with ContextGraph(path) as g, ContextGraph() as fresh:
+        old, new = g.session("s"), t.into(fresh, "s")
+        want = MESSAGE_OVERHEAD + old.counter.text(OMISSION_MARKER)
+        assert {r.marker_ntok for r in old.results} == {want}
+        a = ContextRender(embedder=hashing_embedder).render(old, 300)
+        b = ContextRender(embedder=hashing_embedder).render(new, 300)
+        assert a.messages == b.messages and a.tokens == b.tokens <= 300
+        assert any(m["role"] == "tool" and m["content"] == OMISSION_MARKER for m in a.messages)

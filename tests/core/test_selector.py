@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from contextrender import ContextGraph, ContextRender, ExtractiveCompactor, HashingEmbedder, TokenCounter, Weights
-from contextrender.graph import omission_marker
+from contextrender.graph import OMISSION_MARKER
 from contextrender.render import fit_verbatim
 
 from ._helpers import Transcript, filler, history_recount, pairing_errors, result_seq
@@ -21,8 +21,7 @@ def _marker_history(session):
     out = []
     for m in session.openai_messages():
         if m["role"] == "tool":
-            r = next(r for r in session.results if r.call_id == m["tool_call_id"])
-            m = {**m, "content": omission_marker(r.tool_name, r.call_id)}
+            m = {**m, "content": OMISSION_MARKER}
         out.append(m)
     return out
 
@@ -177,9 +176,10 @@ def test_output_chronological_verbatim_and_markers_charged(weights, hashing_embe
         elif seq in r.visible:
             assert got == orig
         else:
-            res = s.result(seq)
-            assert got == {**orig, "content": omission_marker(res.tool_name, res.call_id)}
-            assert res.call_id in got["content"]
+            assert got == {**orig, "content": OMISSION_MARKER}
+            # the marker repeats nothing: the kept assistant message still carries the call
+            call = next(m for m in r.messages[:seq][::-1] if m["role"] == "assistant")
+            assert s.result(seq).call_id in {c["id"] for c in call["tool_calls"]}
             omitted += 1
     assert omitted > 0 and r.visible
     # The markers are charged to B: the reported count includes them.
@@ -291,8 +291,7 @@ def test_compacted_text_used_only_if_it_fits(hashing_embedder):
     sel = ContextRender(embedder=hashing_embedder, compactor=comp).select(s, budget)
     _check_render(s, sel.rendered, budget)
     assert comp.calls == 1  # it was compacted, then found not to fit
-    res = s.result(seq)
-    assert _rendered_tool(sel.rendered, big)["content"] == omission_marker(res.tool_name, res.call_id)
+    assert _rendered_tool(sel.rendered, big)["content"] == OMISSION_MARKER
     assert not next(r for r in sel.scores if r.seq == seq).compacted
     assert sel.rendered.visible == {small.seq}
 
@@ -300,8 +299,7 @@ def test_compacted_text_used_only_if_it_fits(hashing_embedder):
 def test_without_compactor_an_oversized_result_is_never_rendered(hashing_embedder):
     s, big = _oversized_session()
     sel = ContextRender(embedder=hashing_embedder).select(s, 1200)
-    res = s.result(result_seq(s, big))
-    assert _rendered_tool(sel.rendered, big)["content"] == omission_marker(res.tool_name, res.call_id)
+    assert _rendered_tool(sel.rendered, big)["content"] == OMISSION_MARKER
     _check_render(s, sel.rendered, 1200)
 
 

@@ -56,10 +56,10 @@ def _recount(session, rendered) -> int:
        follow_up=st.one_of(st.none(), st.integers(0, 11)),
        budget=st.integers(20, 1500),
        packing=st.booleans(), stubs=st.booleans(), lexical=st.sampled_from([0.0, 1.0, 3.0]),
-       terse=st.booleans(), compact=st.booleans())
-def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, terse, compact):
+       compact=st.booleans())
+def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, compact):
     session = _session(_transcript(sizes, reuse, follow_up))
-    pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical, terse_markers=terse,
+    pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical,
                             compactor=ExtractiveCompactor() if compact else None)
     r = pol.render(session, budget)
     assert r.tokens <= budget
@@ -77,7 +77,7 @@ def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lex
 def test_switches_off_is_contextrender(sizes, reuse, budget):
     """Documented baseline: every switch off is ContextRender with the same parameters."""
     msgs = _transcript(sizes, reuse, None)
-    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=False,
+    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0,
                           compact_omitted=False, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
     b = ContextRender(embedder=EMB, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
     ra, rb = a.render(_session(msgs, "a"), budget), b.render(_session(msgs, "b"), budget)
@@ -110,27 +110,6 @@ def test_packing_prefers_several_small_over_one_large():
     assert len(packed.visible) >= len(plain.visible)
 
 
-def test_terse_markers_spend_the_saved_tokens_on_results():
-    # Ten small results, then a last one that fits only if the omitted ones' markers are terse.
-    msgs = _transcript([60] * 10 + [5], list(range(10)), None)
-    paper = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=False)
-    terse = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, terse_markers=True)
-    found = False
-    for budget in range(300, 1600, 25):
-        a, b = paper.render(_session(msgs, f"p{budget}"), budget), terse.render(_session(msgs, f"t{budget}"), budget)
-        assert b.tokens <= budget and a.tokens <= budget
-        sb = _session(msgs, f"x{budget}")
-        assert _recount(sb, b) == b.tokens  # the terse bodies are what is charged to B
-        omitted = [m for m in b.messages if m["role"] == "tool" and m["content"] == ContextRenderPlus.TERSE_MARKER]
-        calls = {c["id"] for m in b.messages if m["role"] == "assistant" for c in (m.get("tool_calls") or [])}
-        assert all(m["tool_call_id"] in calls for m in omitted)  # the call that names the result stays
-        # same turns kept (the trim is decided with the paper's markers), never fewer results shown
-        assert [m.get("tool_call_id") for m in a.messages] == [m.get("tool_call_id") for m in b.messages]
-        assert len(b.visible) >= len(a.visible)
-        found = found or len(b.visible) > len(a.visible)
-    assert found, "at some budget the saved marker tokens should make room for one more result"
-
-
 def test_large_omitted_result_keeps_a_compacted_form():
     # A 1,500-word listing just under B cannot fit next to the recent results: the paper's selector
     # only compacts results larger than B, so without compact_omitted its identifiers are lost.
@@ -155,7 +134,7 @@ def test_config_instantiates():
     p = build_policy(method_config("contextrender_plus"), embedder=EMB)
     assert isinstance(p, ContextRenderPlus) and p.name == "contextrender_plus"
     assert p.embedder is EMB  # runtime embedder injected (never the default local model)
-    assert p.packing and p.stubs and p.lexical > 0 and p.terse_markers and p.params.lam == 0.1
+    assert p.packing and p.stubs and p.lexical > 0 and p.params.lam == 0.1
     q = build_policy(method_config("contextrender_plus", {"packing": False, "stubs": False, "lexical": 0.0}),
                      embedder=EMB)
     assert not q.packing and not q.stubs and q.lexical == 0.0

@@ -11,6 +11,7 @@ import pytest
 
 from contextrender.adapters.appworld import ContextRenderTrimMixin, appworld_to_openai
 from contextrender.adapters.http_client import ContextRenderClient, ContextRenderError, InProcessClient
+from contextrender.graph import OMISSION_MARKER
 from contextrender.service.server import create_app
 
 from .conftest import PAD, history_tokens, serve
@@ -91,7 +92,7 @@ def test_smolagents_model_wrapper(server_url):
     last = inner.inputs[-1]
     assert all(isinstance(m, ChatMessage) for m in last)
     texts = [str(m.content) for m in last]
-    assert any("omitted to fit the context budget" in t for t in texts)  # the budget bit
+    assert any(OMISSION_MARKER in t for t in texts)  # the budget bit
     graph_msgs, _ = smolagents_to_openai(last)
     assert history_tokens(graph_msgs) <= 900
     assert model.last_render.tokens <= 900 and model.last_render.session.startswith("smolagents-")
@@ -143,8 +144,8 @@ def test_appworld_mixin(server_url):
     trimmed = agent.trimmed_messages
     assert agent.messages == before  # never mutated
     assert trimmed[:3] == agent.messages[:3]  # the instruction prefix, outside B
-    assert all(m in agent.messages or m["content"].startswith("[result of execute") for m in trimmed)
-    assert any(m["content"].startswith("[result of execute") for m in trimmed)
+    assert all(m in agent.messages or m["content"] == OMISSION_MARKER for m in trimmed)
+    assert any(m["content"] == OMISSION_MARKER for m in trimmed)
     assert trimmed[-1]["role"] == "user" and len(trimmed) == len(agent.cr_last_render.messages)
     stored = ContextRenderClient(server_url).messages("appworld-task-1")
     assert [m["role"] for m in stored[:4]] == ["system", "system", "user", "assistant"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contextrender.graph import OMISSION_MARKER
 from contextrender.service.server import create_app
 
 from .conftest import history_tokens, serve
@@ -30,6 +31,6 @@ def test_opencode_plugin_transform(service, tmp_path):
     # What opencode would send (converted back to OpenAI form) is within B.
     rendered = json.loads(out.read_text())
     assert history_tokens(rendered) <= BUDGET
-    assert any("omitted to fit the context budget" in (m.get("content") or "") for m in rendered)
+    assert any(OMISSION_MARKER in (m.get("content") or "") for m in rendered)
     stored = service.transcript("opencode-ses_test")["messages"]
     assert stored[0]["role"] == "user" and sum(m["role"] == "tool" for m in stored) > 10

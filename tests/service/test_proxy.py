@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from contextrender.graph import OMISSION_MARKER
 from contextrender.service.proxy import StreamAssembler, create_proxy_app
 
 from .conftest import SYSTEM, history_tokens, serve, sse_message, tool_result
@@ -77,7 +78,7 @@ def test_non_streaming_episode_renders_under_budget(proxy):
     # The full history exceeded B, so the upstream got markers instead of some results.
     assert history_tokens(messages) > 1500
     last = fake.requests[-1]["body"]
-    assert any("omitted to fit the context budget" in (m.get("content") or "") for m in last["messages"])
+    assert any(OMISSION_MARKER in (m.get("content") or "") for m in last["messages"])
     # Everything but messages is forwarded unchanged.
     for rec in fake.requests:
         b = rec["body"]

@@ -23,6 +23,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 import contextrender
 from contextrender import ContextGraph, GraphError, HashingEmbedder, Message, MessageError
 from contextrender.files import LockedError
+from contextrender.graph import OMISSION_MARKER
 from contextrender.wrapper import AsyncRecordingStream, RecordingStream, WrappedClient
 
 from .conftest import SYSTEM, history_tokens, scripted_reply, serve, sse_chunks, sse_message, tool_result
@@ -32,7 +33,7 @@ B = 1500
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
 # Two tools make the fake answer with two calls whose streamed argument fragments interleave.
 TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]
-MARKER = "omitted to fit the context budget"
+MARKER = OMISSION_MARKER
 
 
 def sdk(url: str, asynchronous: bool = False) -> Any:
