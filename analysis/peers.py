@@ -39,6 +39,8 @@ from contextrender.analysis.plots import _save, label, style  # noqa: E402
 from contextrender.analysis.tables import (  # noqa: E402
     AGE_BINS,
     AGE_LABELS,
+    CEILING,
+    CEILING_NOTE,
     CR,
     METRIC_LABELS,
     Table,
@@ -46,6 +48,7 @@ from contextrender.analysis.tables import (  # noqa: E402
     is_offline,
     load_recall,
     method_sort_key,
+    recall_entries,
     setting_notes,
     write_table,
 )
@@ -62,15 +65,20 @@ MEASURE_KEYS = ("identifier_survival", "identifier_uses", "rereads", "rereads_pe
 
 
 def kind(method: str) -> str:
-    """ours (ContextRender), peer (another framework's strategy) or baseline (the paper's others)."""
+    """ours (ContextRender), peer (another framework's strategy), baseline (the paper's others) or reference
+    (the hindsight ceiling, not a policy)."""
     if method == CR:
         return "ours"
+    if method == CEILING:
+        return "reference"
     m = catalogue.info(method)
     return "peer" if m is not None and m.kind == "peer" else "baseline"
 
 
 def display_label(method: str) -> str:
     """The catalogue label (the peer's project name); ContextRender marked as ours."""
+    if method == CEILING:
+        return "hindsight ceiling (not a policy)"
     return f"{label(method)} (ours)" if method == CR else label(method)
 
 
@@ -156,7 +164,7 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
         for b in AGE_BINS:
             r[f"run_identifier_survival_{b}"] = _nan((ms.get("identifier_survival_by_age") or {}).get(b))
     for (model, bench, budget), rep in by_group.items():
-        for method, s in rep["methods"].items():
+        for method, s in recall_entries(rep):
             r = row(model, bench, budget, method)
             by_age = s.get("recall_by_age") or {}
             r["recall"] = _nan(s.get("recall"))
@@ -227,6 +235,8 @@ def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), 
                      f"{ms.get('identifier_uses', '?')} identifier uses ("
                      + ", ".join(f"{AGE_LABELS[b]}: {uses.get(b, 0)}" for b in AGE_BINS) + "), "
                      f"{ms.get('repeat_calls', '?')} repeated calls of {ms.get('tool_calls', '?')}.")
+    if any(rep.get("ceiling") for rep in replays):
+        notes.append(CEILING_NOTE)
     notes += [
         "recall (spec §7): share of (turn j, result r) reuse events whose result was rendered in full before j, "
         "by age j − k (≤3, 4–10, 11–25, >25 turns).",
@@ -304,6 +314,10 @@ def fig_peers(frame: pd.DataFrame, out: str | Path, stem: str = FIGURE) -> list[
             pts = [(xi + dx, y) for xi, y in zip(x, ys, strict=True) if _ok(y)]
             if not pts:
                 continue
+            if r["method"] == CEILING:
+                bottom.plot([p[0] for p in pts], [p[1] for p in pts], color="0.35", linestyle=":", linewidth=1.8,
+                            zorder=2)
+                continue
             c, mk = style(r["method"], methods)
             ours = r["method"] == CR
             bottom.plot([p[0] for p in pts], [p[1] for p in pts], color=c, marker=mk, markersize=11 if ours else 5,
@@ -315,6 +329,9 @@ def fig_peers(frame: pd.DataFrame, out: str | Path, stem: str = FIGURE) -> list[
         axes[0][0].text(0.5, 0.5, "no rows", ha="center", va="center", transform=axes[0][0].transAxes)
     handles = []
     for m in methods:
+        if m == CEILING:
+            handles.append(Line2D([], [], color="0.35", linestyle=":", linewidth=1.8, label=display_label(m)))
+            continue
         c, mk = style(m, methods)
         ours = m == CR
         handles.append(Line2D([], [], color=c, marker=mk, linestyle="none", markersize=12 if ours else 7,

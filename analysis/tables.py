@@ -500,6 +500,22 @@ def table1(summary: pd.DataFrame, stem: str = "table1") -> Table:
     return Table(stem, title, data, cols, [n for n in notes if n])
 
 
+#: The row of the hindsight ceiling in recall tables — not a policy (experiments/evaluation/ceiling.py).
+CEILING = "hindsight ceiling"
+CEILING_NOTE = ("hindsight ceiling: not a policy. At each turn it knows which results that turn reuses and shows "
+                "the smallest of them first while they fit, under the same budget scope, verbatim trim and markers "
+                "as the selectors; no selector with that scope covers more reuse events, so ceiling − method is "
+                "what a better selector could still gain on these traces (experiments/evaluation/ceiling.py).")
+
+
+def recall_entries(recall: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A replay output's (method, summary) pairs, and the hindsight ceiling's last when the replay has it."""
+    out = list(recall["methods"].items())
+    if recall.get("ceiling"):
+        out.append((CEILING, recall["ceiling"]))
+    return out
+
+
 def load_recall(path: str | Path) -> dict[str, Any]:
     d = json.loads(Path(path).read_text(encoding="utf-8"))
     if "methods" not in d or "budget" not in d:
@@ -543,7 +559,7 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
             has_own = ((t2["model"] == model) & (t2["benchmark"] == bench) & t2["budget"].eq(budget).fillna(False)
                        & (t2["metric"] == "later_used_recall")).any()
             ref_setting = (model, bench, budget) if has_own else PAPER_RECALL_REFERENCE
-            for method, s in recall["methods"].items():
+            for method, s in recall_entries(recall):
                 by_age = s.get("recall_by_age") or {}
                 row = {"model": model, "benchmark": bench, "budget": budget, "method": method,
                        "recall": s.get("recall"), **{f"recall_{b}": by_age.get(b) for b in AGE_BINS},
@@ -557,6 +573,8 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
         notes.append(f"Later-Used Result Recall (spec §7) from replaying recorded Full-history traces at B={budget}: "
                      f"{recall.get('events', '?')} events ("
                      + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + ").")
+        if recall.get("ceiling"):
+            notes.append(CEILING_NOTE)
         notes.append("Paper recall columns: Table 2 of the setting named in 'paper setting' — the same "
                      "(model, benchmark, B) when the paper reports it, otherwise its reference setting "
                      f"({PAPER_RECALL_REFERENCE[0]}, {PAPER_RECALL_REFERENCE[1]}, B={PAPER_RECALL_REFERENCE[2]}), "

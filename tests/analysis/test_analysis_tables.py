@@ -291,3 +291,26 @@ def test_ablation_takes_one_recall_file_per_benchmark(tmp_path):
     rows = [dict(zip(header, line.split(","), strict=False)) for line in csv[1:]]
     got = {(r["benchmark"], r["method"]): r["recall"] for r in rows if r["method"] == "contextrender"}
     assert got == {("bench_a", "contextrender"): "11.0", ("bench_b", "contextrender"): "22.0"}
+
+
+def test_the_hindsight_ceiling_sits_beside_the_recall_rows(tmp_path):
+    recs = [rec(m, t, M, exceeded=True, budget=B) for m in ("full", "contextrender", "cr_recency") for t in "ab"]
+    runs = write_runs(tmp_path / "runs", recs)
+    r = {"budget": B, "traces": 2, "events": 5, "events_by_age": {"le3": 5},
+         "methods": {"contextrender": {"recall": 60.0, "recall_by_age": {"le3": 60.0}}},
+         "ceiling": {"recall": 80.0, "recall_by_age": {"le3": 80.0}, "over_budget_renders": 0}}
+    path = tmp_path / "recall.json"
+    path.write_text(json.dumps(r), encoding="utf-8")
+    tables.make_tables([runs], tmp_path / "out", "ablation", recall=path)
+    md = (tmp_path / "out" / "table_ablation.md").read_text(encoding="utf-8")
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    ceiling = next(line for line in rows if f"| {tables.CEILING} |" in line)
+    cr = next(line for line in rows if "| contextrender |" in line)
+    assert "| 80.0 |" in ceiling and "| 60.0 |" in cr
+    assert rows.index(ceiling) > rows.index(cr)  # after every policy
+    assert "not a policy" in md
+    # without a ceiling in the replay there is no such row (older replay files)
+    del r["ceiling"]
+    path.write_text(json.dumps(r), encoding="utf-8")
+    tables.make_tables([runs], tmp_path / "out2", "ablation", recall=path)
+    assert tables.CEILING not in (tmp_path / "out2" / "table_ablation.md").read_text(encoding="utf-8")
