@@ -27,6 +27,20 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   either shown whole or lost. Placed like stubs (most useful first, never
   displacing a full result), cached in the graph per (result, cap) like the
   fallback's; never visible (spec §7). Results not compacted keep their stub.
+- ``tool_prior`` (W_prior): a fifth usefulness term W_prior·P(tool), P(tool) = how often a result of
+  that tool was reused at a later turn in TRAINING episodes (a per-tool prior fitted by
+  experiments/studies/plus.py on train traces only and stored in the method config; read from the
+  constructor, never computed from the transcript being rendered). Tools absent from the prior get
+  ``prior_default``. ``session_prior`` (W_sess, for tools absent from the prior): instead,
+  W_sess·(k + 2·prior_default)/(n + 2), k of the tool's n results in THIS session already reused
+  (c_t > 0; causal: the reuse graph up to now), so a domain the fit never saw still learns which of
+  its tools are reused. ``prior_min_age``: the prior reorders only results at least that many
+  invocations old (a_t(r) ≥ prior_min_age); each younger one gets the largest prior term of the
+  render, so the prior never pushes the latest results below older ones — a task often needs the
+  latest result's values at once even when its tool is rarely reused later (τ²'s product
+  catalogue: its item ids are numbers, which the recall metric never counts).
+  It predicts reuse before any is observed: results whose tool is rarely reused
+  (on τ² a product catalogue) give way to those whose tool usually is (order details).
 - λ, γ and the weights are plain parameters; conf/method/contextrender_plus.yaml
   carries values fitted on a TRAINING split of traces (experiments/studies/plus.py).
 
@@ -35,6 +49,7 @@ Postcondition as in the paper: Tok(H_t) ≤ B, checked on what was assembled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -53,7 +68,9 @@ class ContextRenderPlus(ContextRender):
 
     def __init__(self, *, packing: bool = True, stubs: bool = True, lexical: float = 1.0,
                  compact_omitted: bool = True, stub_max_values: int = 12,
-                 embedder: Any = None, compactor: Compactor | None = None,
+                 tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
+                 prior_default: float = 0.0, session_prior: float = 0.0,
+                 prior_min_age: int = 0, embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
         if stub_max_values < 0:
             raise ValueError(f"stub_max_values must be ≥ 0, got {stub_max_values}")
@@ -62,10 +79,19 @@ class ContextRenderPlus(ContextRender):
         self.lexical = float(lexical)
         self.compact_omitted = bool(compact_omitted)
         self.stub_max_values = int(stub_max_values)
+        self.tool_prior = {str(k): float(v) for k, v in dict(tool_prior or {}).items()}
+        self.prior_weight = float(prior_weight)
+        self.prior_default = float(prior_default)
+        self.session_prior = float(session_prior)
+        self.prior_min_age = int(prior_min_age)
         self._values: dict[tuple[str, int], tuple[str, ...]] = {}
+        terms = []
+        if self.lexical != 0.0:
+            terms.append(self._lexical_term)
+        if self.prior_weight != 0.0 or self.session_prior != 0.0:
+            terms.append(self._prior_term)
         # embedder/compactor named explicitly: build_policy injects runtime objects by signature.
-        super().__init__(name=name, embedder=embedder, compactor=compactor,
-                         terms=(self._lexical_term,) if self.lexical != 0.0 else (),
+        super().__init__(name=name, embedder=embedder, compactor=compactor, terms=tuple(terms),
                          chooser=self._packing_chooser if self.packing else None,
                          filler=self._fill_omitted if (self.stubs or self.compact_omitted) else None, **kwargs)
 
@@ -103,6 +129,34 @@ class ContextRenderPlus(ContextRender):
             if k:
                 out[i] = 1.0 - np.exp(-float(k))
         return self.lexical * out
+
+    def prior_of(self, tool_name: str) -> float:
+        """P(tool): the fitted per-tool reuse prior (``prior_default`` for a tool the prior never saw)."""
+        return self.tool_prior.get(tool_name, self.prior_default)
+
+    def _prior_term(self, session: Session, st: Stage) -> np.ndarray:
+        """W_prior·P(tool of r), from the configured prior (nothing here reads other transcripts); for a tool
+        the prior never saw, with W_sess > 0, W_sess times its smoothed reuse share in this session."""
+        out = np.zeros(len(st.results))
+        tools = [session.result(s).tool_name for s in st.results]
+        seen: dict[str, list[int]] = {}
+        if self.session_prior != 0.0:  # per tool unknown to the prior: [results so far, results already reused]
+            for t, c in zip(tools, st.counts.tolist(), strict=True):
+                if t not in self.tool_prior:
+                    tally = seen.setdefault(t, [0, 0])
+                    tally[0] += 1
+                    tally[1] += int(c > 0)
+        for i in np.flatnonzero(st.cand).tolist():
+            t = tools[i]
+            if t in seen:
+                n_res, n_reused = seen[t]
+                out[i] = self.session_prior * (n_reused + 2.0 * self.prior_default) / (n_res + 2.0)
+            else:
+                out[i] = self.prior_weight * self.prior_of(t)
+        young = st.cand & (st.ages < self.prior_min_age)
+        if young.any():
+            out[young] = out[st.cand].max()
+        return out
 
     def _packing_chooser(self, session: Session, st: Stage, budget: int, diversity: float, trace: bool) -> Choice:
         """The paper's greedy, or its value-per-token variant when that one collects a higher total gain Σ R."""

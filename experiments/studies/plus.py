@@ -2,30 +2,35 @@
 
     make plus  (= python -m contextrender.experiments.studies.plus)   # every stage
     python -m contextrender.experiments.studies.plus --stage fit      # traces, split, fit on TRAIN only
-    python -m contextrender.experiments.studies.plus --stage eval     # recall on TEST (uses results/plus/fit.json)
-    python -m contextrender.experiments.studies.plus --stage oracle   # oracle task accuracy, BFCL offline, B=2000
+    python -m contextrender.experiments.studies.plus --stage eval     # recall on held-out traces + ceiling
+    python -m contextrender.experiments.studies.plus --stage oracle   # oracle task score, BFCL / τ² at B=2000
 
-Trace sets (Full-history transcripts; recall is spec §7's, computed by contextrender.experiments.evaluation.replay):
-- ``bfcl``: results/runs/table1/traces/*__full__B2000.jsonl (200 BFCL long-context tasks);
-- ``moqa``: moqa8_offline Full-history traces recorded by ``contextrender.experiments.run`` (200 tasks);
+Trace sets (Full-history transcripts of the offline oracle at B=2000, recorded by
+``contextrender.experiments.run`` when missing; recall is spec §7's, computed by
+contextrender.experiments.evaluation.replay):
+- ``bfcl``, ``tau2_retail``: results/runs/table1/traces (the Full runs of ``make reproduce-table1``);
+- ``tau2_airline``, ``moqa``: results/runs/fullsets/traces (τ²-airline; moqa8_offline's 10 tasks);
 - ``synth``: synthetic support/ops-agent transcripts with long-range reuse, generated here
   with a fixed seed (see :func:`synth_episode`). WRITTEN BY THE SAME AUTHOR AS THE METHOD:
-  weaker evidence than the two recorded sets, reported separately.
+  weaker evidence than the recorded sets, reported separately.
 
-Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50).
-λ, γ, the weights and W_lex are fitted by coordinate search on the TRAIN halves only
-(objective: mean of the per-set recalls at the fit budgets); the test halves are
-replayed once, after fitting, for every method and budget.
+Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50), except
+τ²-airline, an evaluation-only domain reported whole. The per-tool reuse prior and the grid
+(W_prior, W_lex) are fitted on the TRAIN halves of :data:`FIT_SETS` only (BFCL, τ²-retail,
+synth); the fitted values are carried by conf/method/contextrender_plus.yaml (the eval stage
+refuses to run if it differs from results/plus/fit.json). Held-out traces are replayed once,
+after fitting, with one ablation per switch.
 
-Each test replay also reports the hindsight ceiling (:class:`HindsightCeiling`, not a
-policy): the most reused results any selector with the same scope and markers could have
-shown. It says how much room a better selector has at all on a trace set.
+Each replay also reports the hindsight ceiling (:class:`HindsightCeiling`, not a policy): the
+most reused results any selector with the same scope, verbatim trim and markers could have
+shown; "gap covered" is (plus − contextrender) / (ceiling − contextrender).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -61,11 +66,17 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "plus"
 TRACE_SETS = {
     "bfcl": ROOT / "results/runs/table1/traces/oracle__bfcl_multi_turn_long_context__full__B2000.jsonl",
-    "moqa": OUT / "runs/moqa/traces/oracle__moqa8_offline__full__B2000.jsonl",
+    "tau2_retail": ROOT / "results/runs/table1/traces/oracle__tau2_retail__full__B2000.jsonl",
+    "tau2_airline": ROOT / "results/runs/fullsets/traces/oracle__tau2_airline__full__B2000.jsonl",
+    "moqa": ROOT / "results/runs/fullsets/traces/oracle__moqa8_offline__full__B2000.jsonl",
     "synth": OUT / "traces/synth_seed0.jsonl",
 }
+#: Trace sets the fit may read (their TRAIN halves only). τ²-airline is an evaluation-only domain:
+#: never fitted on, reported whole; moqa8_offline is reported on its test half and never fitted on.
+FIT_SETS = ("bfcl", "tau2_retail", "synth")
+EVAL_ONLY = ("tau2_airline",)
 FIT_BUDGETS = (2000,)
-EVAL_BUDGETS = (1000, 2000, 4000, 6000)
+EVAL_BUDGETS = (2000,)
 PAPER_PARAMS = {"lam": 0.3, "gamma": 0.2, "weights": {"recency": 1.0, "relevance": 1.0, "reuse": 1.0}}
 
 
@@ -276,20 +287,26 @@ def write_synth(path: Path, n: int = 300, seed: int = 0) -> None:
 
 
 def ensure_traces() -> None:
-    """Record or generate whichever trace set is missing (a fresh clone has none of them)."""
-    if not TRACE_SETS["bfcl"].is_file():  # the Full runs of `make reproduce-table1`
+    """Record or generate whichever trace set is missing (a fresh clone has none of them):
+    the offline oracle's Full-history runs at B=2000 (``contextrender.experiments.run``)."""
+    if not (TRACE_SETS["bfcl"].is_file() and TRACE_SETS["tau2_retail"].is_file()):
+        # the Full runs of `make reproduce-table1` (BFCL long-context and τ²-retail)
         _run(["+experiment=table1", "method=full", "budget=2000"])
+    for name, bench in (("tau2_airline", "tau2_airline"), ("moqa", "moqa8_offline")):
+        if not TRACE_SETS[name].is_file():
+            _run(["method=full", f"benchmark={bench}", "budget=2000", "experiment_name=fullsets"])
     if not TRACE_SETS["synth"].is_file():
         write_synth(TRACE_SETS["synth"])
-    if not TRACE_SETS["moqa"].is_file():
-        _run(["method=full", "benchmark=moqa8_offline", "benchmark.n_tasks=200", "budget=2000",
-              "experiment_name=plus_moqa", f"run_dir={OUT / 'runs/moqa'}"])
 
 
 def load_split() -> dict[str, dict[str, list[Episode]]]:
+    """Every set split by :func:`is_train`; the evaluation-only sets are test only (train empty)."""
     out: dict[str, dict[str, list[Episode]]] = {}
     for name, path in TRACE_SETS.items():
         eps = list(read_traces(path))
+        if name in EVAL_ONLY:
+            out[name] = {"train": [], "test": eps}
+            continue
         out[name] = {"train": [e for e in eps if is_train(f"{name}:{e.task_id}")],
                      "test": [e for e in eps if not is_train(f"{name}:{e.task_id}")]}
     return out
@@ -304,9 +321,15 @@ def _embedder() -> SharedEmbeddings:
 def build(specs: Mapping[str, tuple[str, Mapping[str, Any]]], shared_emb: SharedEmbeddings,
           compactor: MemoCompactor | None = None) -> dict[str, Any]:
     """name -> (method yaml, overrides) built through the Hydra registry (conf/method)."""
+    from omegaconf import OmegaConf
+
     out = {}
     for name, (method, over) in specs.items():
+        over = dict(over)
+        prior = over.pop("tool_prior", None)  # a whole mapping tool -> P (the fit's candidate prior)
         cfg = method_config(method, over, label=name)
+        if prior is not None:
+            OmegaConf.update(cfg, "tool_prior", dict(prior), merge=False)
         out[name] = build_policy(cfg, embedder=shared_emb, compactor=compactor)
     return out
 
@@ -338,75 +361,116 @@ def run_replay(specs: Mapping[str, tuple[str, Mapping[str, Any]]], episodes: Seq
 
 # -- fitting (TRAIN only) --------------------------------------------------------------------
 
-# Coordinate search, one pass in this order (kept small for the time budget of the study).
-GRID: dict[str, list[float]] = {
-    "lam": [0.1, 0.2, 0.3, 0.5],
-    "gamma": [0.2, 0.5, 1.0],
-    "weights.reuse": [1.0, 2.0, 3.0],
-    "weights.relevance": [0.0, 0.5, 1.0],
-    "lexical": [1.0, 2.0, 4.0],
-}
+def _tools_by_call(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    return {tc.get("id"): tc["function"]["name"] for m in messages for tc in (m.get("tool_calls") or [])}
+
+
+def fit_tool_prior(episodes: Iterable[Episode], smooth: float = 2.0) -> tuple[dict[str, float], float]:
+    """P(tool): per tool, the share of (later assistant turn, earlier result of that tool) pairs in which
+    the turn reuses the result (spec §7 events), smoothed toward the pooled rate with ``smooth``
+    pseudo-pairs. Returns the prior and the pooled rate (the default for unseen tools).
+    Called on TRAIN episodes only."""
+    from contextrender.experiments.evaluation.recall import reuse_events
+
+    hits: dict[str, int] = {}
+    pairs: dict[str, int] = {}
+    for ep in episodes:
+        msgs = list(ep.messages)
+        names = _tools_by_call(msgs)
+        used = {(e.j, e.result_seq) for e in reuse_events(msgs)}
+        tool_at = {r: names.get(m.get("tool_call_id"), "tool") for r, m in enumerate(msgs) if m.get("role") == "tool"}
+        for j, idx in enumerate(ep.assistant_indices):
+            for r, t in tool_at.items():
+                if r < idx:
+                    pairs[t] = pairs.get(t, 0) + 1
+                    hits[t] = hits.get(t, 0) + ((j, r) in used)
+    pooled = sum(hits.values()) / max(1, sum(pairs.values()))
+    prior = {t: round((hits[t] + smooth * pooled) / (pairs[t] + smooth), 4) for t in sorted(pairs)}
+    return prior, round(pooled, 4)
+
+
+#: The grid of the fit (kept small for the study's time budget); λ, γ and the weights stay at the
+#: values conf/method/contextrender_plus.yaml carries (fitted on train in an earlier round, issue 12).
+GRID: dict[str, list[float]] = {"prior_weight": [0.0, 1.0, 2.0, 4.0, 8.0], "lexical": [0.0, 1.0]}
+#: W_sess is for tools the prior never saw, so it is fitted with the prior left out (an empty
+#: tool_prior: every train tool plays an unseen one), with the chosen W_prior and W_lex.
+SESSION_GRID = [0.0, 1.0, 2.0, 4.0]
 
 
 def _objective(specs: Mapping[str, tuple[str, Mapping[str, Any]]],
-               train: Mapping[str, Sequence[Episode]]) -> dict[str, float]:
-    """Mean over trace sets and FIT_BUDGETS of the train-split recall, per spec name."""
-    acc: dict[str, list[float]] = {k: [] for k in specs}
-    for episodes in train.values():
+               train: Mapping[str, Sequence[Episode]]) -> dict[str, dict[str, float]]:
+    """Train-split recall per spec name and trace set (at FIT_BUDGETS), plus their mean under "mean"."""
+    acc: dict[str, dict[str, float]] = {k: {} for k in specs}
+    for set_name, episodes in train.items():
         for b in FIT_BUDGETS:
             res = run_replay(specs, episodes, b)
             for k, t in res.methods.items():
                 assert t.over_budget == 0, (k, b)
-                acc[k].append(t.stats.pct or 0.0)
-    return {k: float(np.mean(v)) for k, v in acc.items()}
+                acc[k][f"{set_name}@{b}"] = t.stats.pct or 0.0
+    for v in acc.values():
+        v["mean"] = float(np.mean(list(v.values())))
+    return acc
 
 
-def fit(split: Mapping[str, Mapping[str, Sequence[Episode]]], rounds: int = 2) -> dict[str, Any]:
-    train = {k: v["train"] for k, v in split.items()}
-    cur: dict[str, float] = {"lam": 0.3, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0,
-                             "weights.recency": 1.0, "lexical": 1.0}
-    history = []
-    best = _objective({"cur": ("contextrender_plus", cur)}, train)["cur"]
-    history.append({"params": dict(cur), "train_recall": best})
-    for _ in range(rounds):
-        changed = False
-        for key, values in GRID.items():
-            specs = {f"{key}={v}": ("contextrender_plus", {**cur, key: v}) for v in values if v != cur[key]}
-            scores = _objective(specs, train)
-            for name, s in scores.items():
-                history.append({"params": {**cur, key: specs[name][1][key]}, "train_recall": s})
-            name, s = max(scores.items(), key=lambda kv: kv[1])
-            if s > best + 1e-9:
-                best, cur, changed = s, dict(specs[name][1]), True
-            log.info("fit %s -> %s (train %.2f)", key, cur[key], best)
-        if not changed:
-            break
-    return {"params": cur, "train_objective": best, "fit_budgets": list(FIT_BUDGETS), "history": history,
+def fit(split: Mapping[str, Mapping[str, Sequence[Episode]]], rounds: int = 1) -> dict[str, Any]:
+    """Fit the per-tool prior and the grid on the TRAIN halves of :data:`FIT_SETS` (never τ²-airline)."""
+    del rounds  # one grid pass
+    train = {k: split[k]["train"] for k in FIT_SETS}
+    prior, pooled = fit_tool_prior(e for k in FIT_SETS for e in train[k])
+    grid = [dict(zip(GRID, vals, strict=True)) for vals in itertools.product(*GRID.values())]
+    specs = {json.dumps(g, sort_keys=True): ("contextrender_plus", {**g, "tool_prior": prior,
+                                                                    "prior_default": pooled}) for g in grid}
+    scores = _objective(specs, train)
+    best = max(scores, key=lambda k: (round(scores[k]["mean"], 6), -json.loads(k)["prior_weight"]))
+    log.info("fit: best %s (train %.2f)", best, scores[best]["mean"])
+    params = json.loads(best)
+    sess_specs = {f"session_prior={w}": ("contextrender_plus", {**params, "tool_prior": {}, "prior_default": pooled,
+                                                                "session_prior": w}) for w in SESSION_GRID}
+    sess = _objective(sess_specs, train)
+    w_best = max(SESSION_GRID, key=lambda w: (round(sess[f"session_prior={w}"]["mean"], 6), -w))
+    log.info("fit: session_prior %s (train, prior left out, %.2f)", w_best, sess[f"session_prior={w_best}"]["mean"])
+    return {"params": {**params, "session_prior": w_best}, "train_objective": scores[best]["mean"],
+            "fit_budgets": list(FIT_BUDGETS), "fit_sets": list(FIT_SETS), "tool_prior": prior,
+            "prior_default": pooled,
+            "history": [{"params": json.loads(k), "train_recall": v} for k, v in scores.items()],
+            "session_history": [{"session_prior": w, "prior": "left out", "train_recall": sess[f"session_prior={w}"]}
+                                for w in SESSION_GRID],
             "train_tasks": {k: len(v) for k, v in train.items()}}
 
 
 # -- evaluation (TEST only) ------------------------------------------------------------------
 
-def eval_specs(params: Mapping[str, float]) -> dict[str, tuple[str, dict[str, Any]]]:
-    fitted = dict(params)
-    paper = {"lam": 0.3, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0, "weights.recency": 1.0}
-    off = {"packing": False, "stubs": False, "lexical": 0.0}
+def eval_specs() -> dict[str, tuple[str, dict[str, Any]]]:
+    """contextrender_plus as configured (conf/method/contextrender_plus.yaml), one ablation per switch,
+    every switch off, and contextrender."""
+    off = {"packing": False, "stubs": False, "lexical": 0.0, "compact_omitted": False, "prior_weight": 0.0,
+           "session_prior": 0.0}
     return {
-        "contextrender_plus": ("contextrender_plus", fitted),
-        "plus −packing": ("contextrender_plus", {**fitted, "packing": False}),
-        "plus −stubs": ("contextrender_plus", {**fitted, "stubs": False}),
-        "plus −lexical": ("contextrender_plus", {**fitted, "lexical": 0.0}),
-        "plus −fit (paper λ,γ,W)": ("contextrender_plus", {**fitted, **paper}),
-        "fit only (switches off)": ("contextrender_plus", {**fitted, **off}),
+        "contextrender_plus": ("contextrender_plus", {}),
+        "plus −prior (fitted and session)": ("contextrender_plus", {"prior_weight": 0.0, "session_prior": 0.0}),
+        "plus, prior on every age (prior_min_age 0)": ("contextrender_plus", {"prior_min_age": 0}),
+        "plus −lexical": ("contextrender_plus", {"lexical": 0.0}),
+        "plus −packing": ("contextrender_plus", {"packing": False}),
+        "plus −fit (paper λ,γ,W)": ("contextrender_plus", dict(PAPER_FLAT)),
+        "switches off (fitted λ,W)": ("contextrender_plus", off),
         "contextrender": ("contextrender", {}),
-        "cr_recency_relevance": ("cr_recency_relevance", {}),
-        "semantic_retrieval": ("semantic_retrieval", {}),
-        "prune": ("prune", {}),
-        "compact": ("compact", {}),
-        "recency_summary": ("recency_summary", {}),
-        "acon": ("acon", {}),
-        "full": ("full", {}),
     }
+
+
+PAPER_FLAT = {"lam": 0.3, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0, "weights.recency": 1.0}
+
+
+def check_config(fitted: Mapping[str, Any]) -> None:
+    """The method config must carry what the fit found (the prior is read from the config at render time)."""
+    cfg = method_config("contextrender_plus")
+    have = {str(k): float(v) for k, v in dict(cfg.get("tool_prior") or {}).items()}
+    want = {str(k): float(v) for k, v in fitted["tool_prior"].items()}
+    diffs = [k for k in set(have) | set(want) if abs(have.get(k, -1.0) - want.get(k, -1.0)) > 1e-9]
+    other = {k: (cfg.get(k), v) for k, v in {**fitted["params"], "prior_default": fitted["prior_default"]}.items()
+             if abs(float(cfg.get(k)) - float(v)) > 1e-9}
+    if diffs or other:
+        raise SystemExit(f"conf/method/contextrender_plus.yaml differs from results/plus/fit.json "
+                         f"(tool_prior keys {sorted(diffs)[:5]}, params {other}): copy the fitted values")
 
 
 CEILINGS = ("hindsight ceiling",)
@@ -417,10 +481,10 @@ def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
     return run_replay({}, episodes, budget, with_ceilings=True)
 
 
-def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mapping[str, float],
+def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]],
              budgets: Sequence[int] = EVAL_BUDGETS) -> dict[str, Any]:
-    """Replay every TEST half once per budget through every method and both ceilings."""
-    specs = eval_specs(params)
+    """Replay every TEST half (τ²-airline: every trace) once per budget through every spec and the ceiling."""
+    specs = eval_specs()
     out: dict[str, Any] = {}
     for set_name, parts in split.items():
         for b in budgets:
@@ -438,12 +502,13 @@ def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], params: Mappi
 # -- oracle task accuracy ------------------------------------------------------------------
 
 PLUS_SOURCE = ROOT / "contextrender" / "plus.py"
-ORACLE_METHODS = catalogue.group("oracle")
-ORACLE_BUDGETS = (1000, 2000, 4000)
-#: benchmark -> (extra overrides, score key): all 200 BFCL long-context tasks; 100 moqa8_offline tasks
-#: drawn with seed 1 (the replay's moqa traces were recorded with seed 0).
+ORACLE_METHODS = ("contextrender", "contextrender_plus")
+ORACLE_BUDGETS = (2000,)
+#: benchmark -> (extra overrides, score key): all 200 BFCL long-context tasks (task accuracy), every
+#: τ²-retail and τ²-airline task (pass^1).
 ORACLE_BENCHES = {"bfcl_multi_turn": ((), "task_acc"),
-                  "moqa8_offline": (("benchmark.n_tasks=100", "benchmark.seed=1"), "f1")}
+                  "tau2_retail": ((), "pass"),
+                  "tau2_airline": ((), "pass")}
 
 
 def _run(args: list[str], multirun: bool = False) -> None:
@@ -469,10 +534,12 @@ def code_key(method: str) -> str:
     return h.hexdigest()[:10]
 
 
-#: Oracle ablations of contextrender_plus's context-only switches (they never change recall).
-ORACLE_ABLATIONS = {"plus −compact omitted": ("contextrender_plus", ("method.compact_omitted=false",)),
+#: Oracle ablations of contextrender_plus: the prior (what changes which results are shown) and the
+#: context-only switches (stubs, compacted omitted results: they never change recall).
+ORACLE_ABLATIONS = {"plus −prior": ("contextrender_plus", ("method.prior_weight=0", "method.session_prior=0")),
                     "plus −stubs −compact omitted": ("contextrender_plus",
-                                                     ("method.compact_omitted=false", "method.stubs=false"))}
+                                                     ("method.compact_omitted=false", "method.stubs=false")),
+                    "plus, prior on every age": ("contextrender_plus", ("method.prior_min_age=0",))}
 
 
 def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORACLE_BUDGETS,
@@ -516,100 +583,152 @@ def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORA
 
 # -- report ---------------------------------------------------------------------------------
 
-NOTES = [
+#: What the measured results say (kept in step with results/plus/plus.json by hand; see the README's plus section).
+NOTES: list[str] = [
     "## Notes", "",
-    "- Verdict: the issue's recall target (≥ +9 points over contextrender at B=2000 on held-out traces) is NOT "
-    "met. Best: +6.0 on the synthetic set (81.4 vs 75.4). The hindsight ceilings say why the recorded sets "
-    "cannot get there: on BFCL contextrender already equals the ceiling (97.5 = 97.5), so no selector with "
-    "this scope can gain a point; on moqa8_offline the ceiling (42.7) is reachable only with hindsight — "
-    "whether an answer becomes a later-used value depends on whether the answer string is a qualifying token "
-    "(a name, not a date), and on the train split every search-result position is used 52–66% of the time, so "
-    "which two of the eight ~600-token results to show is a coin flip for any causal selector.",
-    "- Where the recall gain comes from (synth, B=2000, removing one switch): lexical −2.7, terse markers "
-    "−2.6, packing −0.9, fitted λ/weights −0.7; stubs and compact_omitted 0 by construction (they use "
-    "only budget left after the full results and are never visible). With every switch off and the fitted "
-    "parameters, 75.0 (contextrender 75.4).",
-    "- Where the oracle gain comes from: compact_omitted removes contextrender's B=4000 dip on BFCL "
-    "(97.0 → 100.0; the paper compacts only results larger than B, so a 3.8K-token result at B=4000 is "
-    "shown whole or lost); stubs carry moqa8_offline (F1 25.0 → 41.2 at B=2000).",
-    "- Tried and dropped (no gain on the train split, so not kept): a logistic model of P(used next step) "
-    "on ten features (recency at three scales, c_t, relevance, lexical overlap, log size, the session's "
-    "per-tool reuse rate) with an exact 0/1 knapsack on Σ P — synthetic train recall 84.8 against 84.9 for "
-    "the kept switches; trimming verbatim messages to 30–60% of B instead of 50% — no effect on the "
-    "synthetic train traces (their verbatim messages never overflow B at B=2000).",
+    "- Verdict: the 80 % target is NOT met on any held-out set that has a gap. Gap covered at B=2000: "
+    "τ²-retail 51 %, τ²-airline 46 %, synthetic 43 %, moqa8_offline 1 %; BFCL has no gap (contextrender "
+    "already equals the ceiling, 97.5). The plus never renders above B, and its oracle task score is at or "
+    "above contextrender's on all three benchmarks (BFCL 100.0 vs 99.5, τ²-retail 76.3 vs 73.7, τ²-airline "
+    "90.0 vs 86.0).",
+    "- The gap, studied on the TRAIN split first (contextrender vs ceiling, B=2000): BFCL 1 of 65 events; "
+    "τ²-retail 29 of 336 events, all small results (< 400 tokens) at age 4–11, 25 of them `get_order_details` "
+    "and 4 `get_user_details`, lost to recent 700–1,000-token `get_product_details` results that no later turn "
+    "reuses (their item ids are plain numbers, which recall never counts). Hence the per-tool prior "
+    "(P(get_product_details) = 0.0005, P(get_order_details) = 0.17, P(get_user_details) = 0.60).",
+    "- The prior closes τ²-retail almost entirely when it reorders every result (prior_min_age 0: held-out "
+    "98.9, 87 % of the gap; airline 92.4, 62 %), but then the offline oracle loses the task: it needs the "
+    "catalogue's item ids at once (task score on the τ²-retail TRAIN task ids: 75.5 vs contextrender 81.6). "
+    "prior_min_age was therefore chosen on the train task ids by the task-score constraint (2: 81.6; 3: 83.7, "
+    "train recall 97.9 at 2, 94.4 at 3), and with it the held-out τ²-retail recall is 95.9, below the 96.8 of "
+    "the plus without the prior: on that set the prior's train gain (+0.9) did not carry over. The "
+    "`prior on every age` rows show the recall a causal selector reaches when the task score is ignored.",
+    "- What the ceiling needs that no causal selector here knows: on τ²-airline which reservation a later "
+    "turn returns to (airline's own tools are not in the prior — it is never fitted on — and the per-session "
+    "prior, W_sess, lowered BFCL train recall 96.9 → 95.4, so it is off); on moqa8_offline which two of eight "
+    "similar ~600-token search results hold an answer whose string qualifies (a name, not a date); on the "
+    "synthetic set which of many old small records a follow-up will name (those at age > 10).",
+    "- Where the gain comes from (remove one switch, held-out B=2000; Δ vs the plus, + = better without it): packing τ²-retail −1.5, "
+    "airline −1.6, synth −0.2; lexical retail +0.2, airline 0.0, synth −1.2; prior retail +0.9, airline −1.1, "
+    "synth −2.0; fitted λ/W retail −0.8, airline +0.5, synth +0.5; stubs and compact_omitted 0 by "
+    "construction (budget left after the full results, never visible). All switches off with the fitted "
+    "λ/W: retail 93.4, airline 89.7, synth 77.0 (contextrender 91.6 / 88.0 / 77.1).",
+    "- Where the task-score gain comes from: stubs and compacted omitted results (without them τ²-retail "
+    "67.5, airline 86.0, BFCL 99.5; with them 76.3 / 90.0 / 100.0); the prior leaves the task score as it "
+    "is on BFCL and airline and adds +2.6 on τ²-retail (73.7 → 76.3) with prior_min_age 2, while on every "
+    "age it costs τ²-retail 6.1 points (70.2).",
+    "- Tried and dropped: W_sess (this session's per-tool reuse share for tools the prior never saw): fitted "
+    "with the prior left out it won 0.0 (see fit.json `session_history`), so it stays a switch, off; the "
+    "verbatim-trim share: at B=2000 the verbatim messages of the train traces never overflow B (0 of 915 "
+    "BFCL, 454 τ²-retail and 5,050 synthetic train renders trim a turn), so another share or rule changes "
+    "nothing here, and the ceiling's 50 % trim bounds every row; the terse-marker switch is gone (every policy now "
+    "uses `[omitted]`).",
     "- The synthetic generator (`synth_episode`, seed 0) was written in the same project as the method: "
-    "weaker evidence than the recorded sets. The coordinate-search fit was flat (train 68.96 at the start "
-    "→ 68.99); relevance weight 0 won by 0.03 points, with hashing-256 embeddings.",
-    "- Oracle runs use all tasks (BFCL 200; moqa8_offline seed 1, 100 tasks, not the replay's seed-0 set); "
-    "λ and the weights were fitted on the train halves of the replay traces, which include half the BFCL "
-    "tasks. Oracle run directories are keyed by a digest of the method config and policy sources, so a "
-    "changed policy is never scored from stale records.",
+    "weaker evidence than the recorded sets. moqa8_offline is reported on its test half and never fitted on; "
+    "τ²-airline is reported whole and never fitted on. Oracle runs use every task (not a split): BFCL "
+    "includes the train tasks the prior was fitted on.",
     "",
 ]
 
 
-def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str, Any] | None) -> str:
-    lines = ["# contextrender_plus — beyond the paper (ours, NOT the paper's method)", "",
-             "Later-Used Result Recall (spec §7) on the HELD-OUT TEST split (hash of task id), "
-             "parameters fitted on the TRAIN split only. Embedding: hashing-256. "
-             "`over B` = renders above the budget (must be 0 for budgeted methods; `full` ignores B).", "",
-             f"Fitted on train (budgets {fitted['fit_budgets']}): `{json.dumps(fitted['params'])}` "
-             f"(train objective {fitted['train_objective']:.2f}; train tasks {fitted['train_tasks']}).", ""]
+def gap_covered(plus: float | None, cr: float | None, ceiling: float | None) -> float | None:
+    """(plus − cr) / (ceiling − cr) in %, or None when contextrender already is at the ceiling."""
+    if plus is None or cr is None or ceiling is None or ceiling - cr < 1e-9:
+        return None
+    return 100.0 * (plus - cr) / (ceiling - cr)
+
+
+def acceptance(evald: Mapping[str, Any], budget: str = "2000") -> list[dict[str, Any]]:
+    """Per held-out set: contextrender, plus, ceiling, gap covered and whether ≥ 80 % (or no gap and plus ≥ cr)."""
+    rows = []
     for set_name, by_b in evald.items():
-        budgets = list(by_b)
-        first = by_b[budgets[0]]
-        lines += [f"## {set_name}: {first['traces']} test traces, {first['events']} events "
-                  f"(by age {first['events_by_age']})", "",
-                  "| method | " + " | ".join(f"B={b}" for b in budgets) + " | ≤3 / 4–10 / 11–25 / >25 @B=2000 | over B |",
-                  "|---|" + "---:|" * (len(budgets) + 2)]
-        for m in first["methods"]:
-            cells = [f"{by_b[b]['methods'][m]['recall']:.1f}" if by_b[b]['methods'][m]['recall'] is not None else "–"
-                     for b in budgets]
-            ages = by_b.get("2000", first)["methods"][m]["recall_by_age"]
-            age = " / ".join("–" if ages[a] is None else f"{ages[a]:.0f}" for a in AGE_BINS)
-            over = sum(by_b[b]["methods"][m]["over_budget_renders"] for b in budgets)
-            label = f"**{m}** (ours)" if m == "contextrender_plus" else m
-            if by_b[budgets[0]]["methods"][m].get("reference"):
-                label = f"*{m}* — not a policy, knows the future"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {age} | {over} |")
-        lines.append("")
-    lines += ["## Acceptance check (held-out test split, B=2000)", "",
-              "| trace set | contextrender_plus | contextrender | Δ (points) | ≥ +9? | hindsight ceiling "
-              "| room above contextrender | plus over-B renders (all B) |",
-              "|---|---:|---:|---:|---|---:|---:|---:|"]
-    for set_name, by_b in evald.items():
-        if "2000" not in by_b:
+        if budget not in by_b:
             continue
-        ms = by_b["2000"]["methods"]
-        a, c = ms["contextrender_plus"]["recall"], ms["contextrender"]["recall"]
-        ct = ms[CEILINGS[0]]["recall"]
-        over = sum(by_b[b]["methods"]["contextrender_plus"]["over_budget_renders"] for b in by_b)
-        lines.append(f"| {set_name} | {a:.1f} | {c:.1f} | {a - c:+.1f} | {'yes' if a - c >= 9 else 'NO'} | "
-                     f"{ct:.1f} | {ct - c:+.1f} | {over} |")
+        ms = by_b[budget]["methods"]
+        cr, pl, ce = (ms[k]["recall"] for k in ("contextrender", "contextrender_plus", CEILINGS[0]))
+        g = gap_covered(pl, cr, ce)
+        ok = (g is not None and g >= 80.0) or (g is None and pl is not None and cr is not None and pl >= cr - 1e-9)
+        rows.append({"set": set_name, "traces": by_b[budget]["traces"], "events": by_b[budget]["events"],
+                     "contextrender": cr, "contextrender_plus": pl, "ceiling": ce, "gap_covered": g,
+                     "over_budget": ms["contextrender_plus"]["over_budget_renders"], "met": bool(ok)})
+    return rows
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str, Any] | None) -> str:
+    prior = fitted.get("tool_prior", {})
+    top = sorted(prior.items(), key=lambda kv: -kv[1])[:8]
+    lines = ["# contextrender_plus — beyond the paper (ours, NOT the paper's method)", "",
+             "Later-Used Result Recall (spec §7) on HELD-OUT traces only: the test half (hash of task id, "
+             "`is_train`) of BFCL, τ²-retail, moqa8_offline and the synthetic set, and every τ²-airline trace "
+             "(an evaluation-only domain, never fitted on). Embedding: hashing-256. The hindsight ceiling "
+             "(experiments/evaluation/ceiling.py) has the same scope, verbatim trim (50 % of B) and `[omitted]` "
+             "markers as every row, so it bounds every row. gap covered = (row − contextrender) / "
+             "(ceiling − contextrender). `over B` = renders above the budget.", "",
+             f"Fitted on the TRAIN halves of {', '.join(fitted.get('fit_sets', []))} only "
+             f"(budgets {fitted['fit_budgets']}; train tasks {fitted['train_tasks']}): "
+             f"`{json.dumps(fitted['params'])}`, train objective {fitted['train_objective']:.2f}; "
+             f"per-tool reuse prior over {len(prior)} tools (default {fitted.get('prior_default')}), highest: "
+             + ", ".join(f"{t} {v:.2f}" for t, v in top) + ". The prior lives in "
+             "conf/method/contextrender_plus.yaml and is read from there at render time.", ""]
+    for set_name, by_b in evald.items():
+        for b, res in by_b.items():
+            ms = res["methods"]
+            cr, ce = ms["contextrender"]["recall"], ms[CEILINGS[0]]["recall"]
+            lines += [f"## {set_name}: {res['traces']} held-out traces, {res['events']} events at B={b} "
+                      f"(by age {res['events_by_age']})", "",
+                      "| row | recall | Δ vs contextrender | gap covered | ≤3 / 4–10 / 11–25 / >25 | over B |",
+                      "|---|---:|---:|---:|---:|---:|"]
+            for m, v in ms.items():
+                ages = v["recall_by_age"]
+                age = " / ".join("–" if ages[a] is None else f"{ages[a]:.0f}" for a in AGE_BINS)
+                label = f"**{m}** (ours)" if m == "contextrender_plus" else m
+                if v.get("reference"):
+                    label = f"*{m}* — not a policy, knows the future"
+                d = None if v["recall"] is None or cr is None else v["recall"] - cr
+                g = gap_covered(v["recall"], cr, ce)
+                lines.append(f"| {label} | {_f(v['recall'])} | {_f(d, '{:+.1f}')} | "
+                             f"{_f(g, '{:.0f} %') if ce is not None and cr is not None and ce > cr else 'no gap'} | "
+                             f"{age} | {v['over_budget_renders']} |")
+            lines.append("")
+    lines += ["## Acceptance check (held-out, B=2000): gap covered ≥ 80 %, never above B", "",
+              "| held-out set | traces | events | contextrender | contextrender_plus | hindsight ceiling "
+              "| gap covered | ≥ 80 %? | plus over-B renders |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in acceptance(evald):
+        g = "no gap (cr = ceiling)" if r["gap_covered"] is None else f"{r['gap_covered']:.0f} %"
+        lines.append(f"| {r['set']} | {r['traces']} | {r['events']} | {_f(r['contextrender'])} | "
+                     f"{_f(r['contextrender_plus'])} | {_f(r['ceiling'])} | {g} | {'yes' if r['met'] else 'NO'} "
+                     f"| {r['over_budget']} |")
     lines.append("")
     if orc:
         benches = list(orc)
-        cols = [(bench, b) for bench in benches for b in next(iter(orc[bench].values()))]
-        lines += ["## Oracle task score by budget (offline oracle, not an LLM; all tasks, not a split)", "",
-                  "BFCL: task accuracy % (200 long-context tasks); moqa8_offline: mean F1 × 100 (100 tasks, seed 1).",
-                  "",
-                  "| method | " + " | ".join(f"{bench} B={b}" for bench, b in cols) + " |",
-                  "|---|" + "---:|" * len(cols)]
-        for m in orc[benches[0]]:
+        labels = list(dict.fromkeys(m for bench in benches for m in orc[bench]))
+        budgets = list(next(iter(orc[benches[0]].values())))
+        lines += ["## Oracle task score (offline oracle, not an LLM; every task, not a split)", "",
+                  "BFCL long-context: task accuracy % (200 tasks); τ²-retail and τ²-airline: pass^1 %.", "",
+                  "| row | " + " | ".join(f"{bench} B={b}" for bench in benches for b in budgets) + " |",
+                  "|---|" + "---:|" * (len(benches) * len(budgets))]
+        for m in labels:
             cells = []
-            for bench, b in cols:
-                v = orc[bench].get(m, {}).get(b)
-                cells.append("–" if not v or v["mean"] is None else f"{v['mean']:.1f}")
+            for bench in benches:
+                for b in budgets:
+                    v = orc[bench].get(m, {}).get(b)
+                    cells.append("–" if not v or v["mean"] is None else f"{v['mean']:.1f}")
             label = f"**{m}** (ours)" if m == "contextrender_plus" else m
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
         checks = []
-        for bench, b in cols:
+        for bench in benches:
             ms = orc[bench]
-            if {"contextrender", "contextrender_plus"} <= set(ms):
-                a_, c_ = ms["contextrender_plus"][b]["mean"], ms["contextrender"][b]["mean"]
-                if a_ is not None and c_ is not None:
-                    checks.append(f"{bench} B={b}: {a_:.1f} vs {c_:.1f} ({'≥' if a_ >= c_ else 'BELOW'})")
+            for b in budgets:
+                if {"contextrender", "contextrender_plus"} <= set(ms):
+                    a_, c_ = ms["contextrender_plus"][b]["mean"], ms["contextrender"][b]["mean"]
+                    if a_ is not None and c_ is not None:
+                        checks.append(f"{bench} B={b}: {a_:.1f} vs {c_:.1f} ({'≥' if a_ >= c_ else 'BELOW'})")
         if checks:
             lines += ["Oracle score, contextrender_plus vs contextrender: " + "; ".join(checks) + ".", ""]
     lines += NOTES
@@ -617,62 +736,47 @@ def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str
 
 
 def plot(evald: Mapping[str, Any], orc: Mapping[str, Any] | None, path: Path) -> None:
-    """Top row: held-out recall vs B per trace set (with the hindsight ceilings);
-    bottom row: oracle task score vs B per offline benchmark."""
+    """Left: held-out recall at B=2000 per set (contextrender, plus, ceiling); right: oracle task score."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sets = list(evald)
-    benches = list(orc or {})
-    ncol = max(len(sets), len(benches), 1)
-    nrow = 2 if benches else 1
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4 * nrow), squeeze=False)
-    show = ["contextrender_plus", "contextrender", "cr_recency_relevance", "semantic_retrieval", "prune",
-            "compact", "recency_summary", "acon", "full"]
-
-    def style(m: str) -> dict[str, Any]:  # the catalogue's colour and label: the same in every figure
-        info = catalogue.catalogue()[m]
-        return {"marker": "o", "lw": 2.5 if info.ours else 1.2, "color": info.colour,
-                "ls": "--" if m == "full" else "-", "label": info.label}
-
-    def axis(ax: Any, budgets: list[int], title: str, ylabel: str) -> None:
-        ax.set_title(title)
-        ax.set_xlabel("history budget B (tokens)")
-        ax.set_ylabel(ylabel)
-        ax.set_xscale("log")
-        ax.minorticks_off()
-        ax.set_xticks(budgets, [str(b) for b in budgets])
-        ax.grid(alpha=0.3)
-
-    for ax, s in zip(axes[0], sets, strict=False):
-        budgets = [int(b) for b in evald[s]]
-        for m in show:
-            if m in evald[s][str(budgets[0])]["methods"]:
-                ax.plot(budgets, [evald[s][str(b)]["methods"][m]["recall"] for b in budgets], **style(m))
-        for name in CEILINGS:
-            if name in evald[s][str(budgets[0])]["methods"]:
-                ys = [evald[s][str(b)]["methods"][name]["recall"] for b in budgets]
-                ax.plot(budgets, ys, color="0.45", lw=1.0, ls="-.",
-                        label=name.replace("hindsight ceiling", "ceiling (hindsight)"))
-        axis(ax, budgets, f"recall: {s} (held-out test split)", "Later-Used Result Recall (%)")
-    for ax, bench in zip(axes[1] if benches else [], benches, strict=False):
-        ms = orc[bench]  # type: ignore[index]
-        budgets = [int(b) for b in next(iter(ms.values()))]
-        for m in show:
-            if m in ms:
-                ax.plot(budgets, [ms[m][str(b)]["mean"] for b in budgets], **style(m))
-        axis(ax, budgets, f"oracle: {bench}", "task accuracy %" if "bfcl" in bench else "F1 × 100")
-    used = [len(sets), len(benches)]
-    for r in range(nrow):
-        for ax in axes[r][used[r]:]:
-            ax.axis("off")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    spare = axes[nrow - 1][used[nrow - 1]] if used[nrow - 1] < ncol else None
-    if spare is not None:  # the legend gets the empty panel instead of covering data
-        spare.legend(handles, labels, loc="center", fontsize=9)
-    else:
-        axes[0][0].legend(fontsize=7)
+    rows = acceptance(evald)
+    ncol = 2 if orc else 1
+    fig, axes = plt.subplots(1, ncol, figsize=(7 * ncol, 4.2), squeeze=False)
+    cat = catalogue.catalogue()
+    ax = axes[0][0]
+    x = np.arange(len(rows))
+    for k, (key, colour, label) in enumerate((("contextrender", cat["contextrender"].colour, "contextrender"),
+                                              ("contextrender_plus", cat["contextrender_plus"].colour,
+                                               "contextrender_plus (ours)"),
+                                              ("ceiling", "0.6", "hindsight ceiling (not a policy)"))):
+        ax.bar(x + (k - 1) * 0.27, [r[key] or 0.0 for r in rows], 0.27, color=colour, label=label)
+    for i, r in enumerate(rows):
+        g = "no gap" if r["gap_covered"] is None else f"{r['gap_covered']:.0f}%"
+        ax.text(i, 2, g, ha="center", va="bottom", fontsize=8, color="white")
+    ax.set_xticks(x, [r["set"] for r in rows])
+    ax.set_ylabel("Later-Used Result Recall (%), B=2000")
+    ax.set_title("held-out recall (label: gap covered)")
+    ax.set_ylim(0, 125)
+    ax.set_yticks(range(0, 101, 20))
+    ax.legend(fontsize=8, loc="upper center", ncol=3)
+    if orc:
+        ax = axes[0][1]
+        benches = list(orc)
+        labels = list(dict.fromkeys(m for bench in benches for m in orc[bench]))
+        w = 0.8 / max(1, len(labels))
+        for k, m in enumerate(labels):
+            ys = [(orc[bench].get(m, {}).get("2000") or {}).get("mean") or 0.0 for bench in benches]
+            colour = cat[m].colour if m in cat else None
+            ax.bar(np.arange(len(benches)) + (k - (len(labels) - 1) / 2) * w, ys, w, label=m, color=colour,
+                   alpha=1.0 if m in cat else 0.5)
+        ax.set_xticks(np.arange(len(benches)), benches)
+        ax.set_ylabel("oracle task score %, B=2000")
+        ax.set_title("oracle (offline, every task)")
+        ax.set_ylim(0, 125)
+        ax.set_yticks(range(0, 101, 20))
+        ax.legend(fontsize=8, loc="upper center", ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
@@ -692,7 +796,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_json(OUT / "fit.json", fit(split, a.rounds))
     fitted = json.loads((OUT / "fit.json").read_text())
     if a.stage in ("all", "eval"):
-        write_json(OUT / "plus_recall.json", evaluate(split, fitted["params"]))
+        check_config(fitted)
+        write_json(OUT / "plus_recall.json", evaluate(split))
     if a.stage in ("all", "oracle"):
         write_json(OUT / "oracle.json", oracle())
     if a.stage in ("all", "eval", "oracle", "report"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -56,10 +57,14 @@ def _recount(session, rendered) -> int:
        follow_up=st.one_of(st.none(), st.integers(0, 11)),
        budget=st.integers(20, 1500),
        packing=st.booleans(), stubs=st.booleans(), lexical=st.sampled_from([0.0, 1.0, 3.0]),
-       compact=st.booleans())
-def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, compact):
+       compact=st.booleans(), prior=st.sampled_from([0.0, 1.0, 8.0]), known=st.booleans(),
+       session_prior=st.sampled_from([0.0, 2.0]), min_age=st.integers(0, 3))
+def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lexical, compact, prior, known,
+                            session_prior, min_age):
     session = _session(_transcript(sizes, reuse, follow_up))
     pol = ContextRenderPlus(embedder=EMB, packing=packing, stubs=stubs, lexical=lexical,
+                            tool_prior={"get": 0.7} if known else {}, prior_weight=prior, prior_default=0.1,
+                            session_prior=session_prior, prior_min_age=min_age,
                             compactor=ExtractiveCompactor() if compact else None)
     r = pol.render(session, budget)
     assert r.tokens <= budget
@@ -77,8 +82,9 @@ def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lex
 def test_switches_off_is_contextrender(sizes, reuse, budget):
     """Documented baseline: every switch off is ContextRender with the same parameters."""
     msgs = _transcript(sizes, reuse, None)
-    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0,
-                          compact_omitted=False, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
+    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, prior_weight=0.0,
+                          session_prior=0.0, prior_min_age=2, tool_prior={"get": 0.9}, compact_omitted=False, compactor=ExtractiveCompactor(),
+                          lam=0.2, gamma=0.5)
     b = ContextRender(embedder=EMB, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
     ra, rb = a.render(_session(msgs, "a"), budget), b.render(_session(msgs, "b"), budget)
     assert ra.messages == rb.messages and ra.tokens == rb.tokens and ra.visible == rb.visible
@@ -138,3 +144,110 @@ def test_config_instantiates():
     q = build_policy(method_config("contextrender_plus", {"packing": False, "stubs": False, "lexical": 0.0}),
                      embedder=EMB)
     assert not q.packing and not q.stubs and q.lexical == 0.0
+    r = build_policy(method_config("contextrender_plus", {"prior_weight": 0.0}), embedder=EMB)
+    assert r.prior_weight == 0.0 and r.tool_prior  # the prior stays configured, switched off
+
+
+def _two_tools() -> list[dict[str, Any]]:
+    """An old small ``get_order`` result, then two recent large ``get_catalog`` results."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Help me."}]
+    for i, (tool, body) in enumerate([("get_order", "order ORD_A1 item ITEM_B2 status pending"),
+                                      ("get_catalog", " ".join(f"PROD_{k} lorem ipsum" for k in range(60))),
+                                      ("get_catalog", " ".join(f"PROD_{k + 100} dolor sit" for k in range(60)))]):
+        cid = f"k{i}"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": tool, "arguments": json.dumps({"i": i})}}]})
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": body})
+    return msgs
+
+
+def test_tool_prior_prefers_tools_reused_in_training():
+    """Room for the newest catalogue or the old order, not both: recency alone shows the catalogue; a prior
+    fitted on training episodes (orders are reused, catalogues are not) shows the order instead."""
+    msgs = _two_tools()
+    session = _session(msgs, "n")
+    full = ContextRender(embedder=EMB).render(session, 10 ** 6).tokens
+    seqs = [3, 5, 7]  # the three results
+    base = full - sum(session.ntok(q) - session.result(q).marker_ntok for q in seqs)
+    saved = {q: session.ntok(q) - session.result(q).marker_ntok for q in seqs}
+    budget = base + saved[7] + 1  # the newest catalogue alone fits; it and the order together do not
+    assert saved[3] + saved[7] > budget - base
+    kw = {"embedder": EMB, "packing": False, "stubs": False, "lexical": 0.0, "compact_omitted": False}
+    prior = {"get_order": 0.6, "get_catalog": 0.0}
+    off = ContextRenderPlus(tool_prior=prior, prior_weight=0.0, **kw).render(_session(msgs, "a"), budget)
+    on = ContextRenderPlus(tool_prior=prior, prior_weight=4.0, **kw).render(_session(msgs, "b"), budget)
+    assert off.visible == {7}  # without the prior the newest catalogue wins
+    assert 3 in on.visible and 7 not in on.visible
+    assert on.tokens <= budget and off.tokens <= budget
+
+
+def test_unknown_tool_gets_the_default_prior():
+    pol = ContextRenderPlus(embedder=EMB, tool_prior={"get_order": 0.6}, prior_weight=1.0, prior_default=0.05)
+    assert pol.prior_of("get_order") == 0.6 and pol.prior_of("never_seen") == 0.05
+
+
+def test_fitted_prior_is_read_from_config_not_from_data(monkeypatch):
+    """The prior comes from conf/method/contextrender_plus.yaml; rendering never fits or reads traces."""
+    from omegaconf import OmegaConf
+
+    from contextrender.experiments.studies import plus as study
+
+    cfg = method_config("contextrender_plus")
+    want = {str(k): float(v) for k, v in OmegaConf.to_container(cfg.tool_prior).items()}
+    assert want and cfg.prior_weight > 0
+    p = build_policy(cfg, embedder=EMB)
+    assert p.tool_prior == want and p.prior_weight == cfg.prior_weight and p.prior_default == cfg.prior_default
+
+    def boom(*a, **k):
+        raise AssertionError("the prior must not be fitted at render time")
+
+    monkeypatch.setattr(study, "fit_tool_prior", boom)
+    monkeypatch.setattr(study, "read_traces", boom)
+    msgs = _two_tools()
+    r = p.render(_session(msgs, "cfg"), 200)
+    assert r.tokens <= 200
+    assert p.tool_prior == want  # unchanged by what it rendered
+
+
+def test_session_prior_learns_an_unseen_domain_from_this_session():
+    """No fitted prior for any tool: with W_sess, a tool whose results this session already reused
+    (get_order: its result's ORD_A1 is the next call's argument) scores above one never reused."""
+    msgs = _two_tools()
+    msgs[4]["tool_calls"][0]["function"]["arguments"] = json.dumps({"order": "ORD_A1"})  # reuses result 3
+    kw = {"embedder": EMB, "packing": False, "stubs": False, "lexical": 0.0, "compact_omitted": False,
+          "tool_prior": {}, "prior_default": 0.05}
+    budget = ContextRender(embedder=EMB).render(_session(msgs, "full"), 10 ** 6).tokens - 20  # must choose
+
+    def util(pol):
+        sel = pol.select(_session(msgs, f"u{id(pol)}"), budget)
+        return {sc.seq: sc.usefulness for sc in sel.scores}
+
+    off = util(ContextRenderPlus(session_prior=0.0, **kw))
+    on = util(ContextRenderPlus(session_prior=2.0, **kw))
+    assert on[3] - off[3] == pytest.approx(2.0 * (1 + 2 * 0.05) / (1 + 2))  # 1 of 1 get_order results reused
+    assert on[5] - off[5] == pytest.approx(2.0 * (0 + 2 * 0.05) / (2 + 2))  # 0 of 2 get_catalog results
+    # a tool the fitted prior knows keeps its fitted value, never the session's
+    known = util(ContextRenderPlus(session_prior=2.0, prior_weight=1.0,
+                                   **{**kw, "tool_prior": {"get_order": 0.5}}))
+    assert known[3] - off[3] == pytest.approx(0.5)
+
+
+def test_prior_min_age_keeps_the_latest_results_on_top():
+    """The prior reorders only older results: with prior_min_age=2 the latest result (age 1, a tool the
+    prior says is never reused) gets the largest prior term of the render instead of none."""
+    msgs = _two_tools()
+    kw = {"embedder": EMB, "packing": False, "stubs": False, "lexical": 0.0, "compact_omitted": False,
+          "tool_prior": {"get_order": 0.6, "get_catalog": 0.0}, "prior_weight": 4.0}
+    budget = ContextRender(embedder=EMB).render(_session(msgs, "full"), 10 ** 6).tokens - 20
+
+    def util(pol, sid):
+        return {sc.seq: sc for sc in pol.select(_session(msgs, sid), budget).scores}
+
+    base = util(ContextRenderPlus(**{**kw, "prior_weight": 0.0}), "b")
+    every = util(ContextRenderPlus(prior_min_age=0, **kw), "e")
+    recent = util(ContextRenderPlus(prior_min_age=2, **kw), "r")
+    assert every[7].age == 1 and every[5].age == 2
+    assert every[7].usefulness == pytest.approx(base[7].usefulness)  # the catalogue's prior is 0
+    assert recent[7].usefulness == pytest.approx(base[7].usefulness + 4.0 * 0.6)  # the render's largest term
+    assert recent[5].usefulness == pytest.approx(base[5].usefulness)  # age 2: the prior applies (0)
+    assert recent[3].usefulness == pytest.approx(every[3].usefulness)

@@ -43,19 +43,36 @@ def test_hindsight_ceiling_bounds_every_policy(episodes, budget):
 
 
 def test_evaluate_report_and_plot(episodes, tmp_path):
-    params = {"lam": 0.1, "gamma": 0.2, "weights.reuse": 1.0, "weights.relevance": 1.0,
-              "weights.recency": 1.0, "lexical": 1.0}
-    evald = pe.evaluate({"synth": {"train": [], "test": episodes[:3]}}, params, budgets=(1000, 2000))
+    params = {"prior_weight": 4.0, "lexical": 1.0}
+    evald = pe.evaluate({"synth": {"train": [], "test": episodes[:3]}}, budgets=(2000,))
     ms = evald["synth"]["2000"]["methods"]
-    assert set(pe.eval_specs(params)) | set(pe.CEILINGS) == set(ms)
+    assert set(pe.eval_specs()) | set(pe.CEILINGS) == set(ms)
     for name, m in ms.items():
         if m["budgeted"]:
             assert m["over_budget_renders"] == 0, name
-    fitted = {"params": params, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {"synth": 0}}
+    fitted = {"params": params, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {"synth": 0},
+              "fit_sets": ["synth"], "tool_prior": {"get_order": 0.5}, "prior_default": 0.1}
     orc = {"bfcl_multi_turn": {m: {"2000": {"tasks": 2, "mean": v, "metric": "task_acc"}}
                                for m, v in (("contextrender", 50.0), ("contextrender_plus", 100.0))}}
     md = pe.report(evald, fitted, orc)
-    assert "Acceptance check" in md and "hindsight ceiling" in md
+    assert "Acceptance check" in md and "hindsight ceiling" in md and "gap covered" in md
     assert "bfcl_multi_turn B=2000: 100.0 vs 50.0 (≥)" in md
     pe.plot(evald, orc, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_gap_covered():
+    assert pe.gap_covered(95.0, 90.0, 100.0) == 50.0
+    assert pe.gap_covered(97.0, 97.0, 97.0) is None  # no gap: contextrender already is at the ceiling
+
+
+def test_airline_is_never_fitted_on():
+    assert "tau2_airline" not in pe.FIT_SETS and "tau2_airline" in pe.EVAL_ONLY
+    assert "moqa" not in pe.FIT_SETS
+
+
+def test_tool_prior_counts_train_reuse(episodes):
+    prior, pooled = pe.fit_tool_prior(episodes)
+    assert prior and all(0.0 <= v <= 1.0 for v in prior.values()) and 0.0 < pooled < 1.0
+    # the synthetic generator reuses ids of small records far more often than of large logs
+    assert prior.get("get_order", pooled) > prior.get("get_logs", 0.0)
