@@ -35,7 +35,9 @@ check: setup ## lint, type-check, and the one-way import rule (scripts/check_lay
 	$(PY) -m mypy contextrender
 	$(PY) scripts/check_layers.py
 
-bench: setup ## per-invocation overhead at 100/1k/10k results → results/bench/overhead.json
+# The replay-speed part (cold/warm replay of 200 traces × 10 methods) is the longest, a few minutes
+# on 2 cores: `make bench ARGS=--skip-replay` leaves it out (also --skip-overhead, --skip-embed).
+bench: setup ## per-invocation overhead, embedding throughput, replay speed → results/bench/{overhead,replay_speed}.json
 	$(PY) -m contextrender.experiments.studies.bench $(ARGS)
 
 # Offline default: the context-bounded oracle on τ²-retail and BFCL v4 multi-turn long-context, B=2000.

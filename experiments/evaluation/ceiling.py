@@ -53,6 +53,10 @@ class HindsightCeiling(ContextRender):
                          chooser=self.hindsight,
                          name=name)
 
+    def prepare_episode(self, episode: Episode) -> None:
+        """Learn the episode's reuse events before it is replayed (replay calls this per episode)."""
+        self.future = reuse_by_turn(episode)
+
     @property
     def future(self) -> dict[int, set[int]]:
         return self.hindsight.future

@@ -25,9 +25,17 @@ live agent would grow it, and renders before every turn (stateful policies such
 as summarisers evolve as they would live). Policies are built once per method.
 
 Speed without changing a number: all policies share one embedding layer over
-the on-disk cache (an episode's results and likely queries are embedded in one
-batch, once for all methods), one compaction memo, and a memoising token
-counter, so the per-method cost is the policy's own work plus its session.
+the on-disk cache, one compaction memo, and a memoising token counter, so the
+per-method cost is the policy's own work plus its session. Before replaying,
+:func:`replay_traces` reads ahead up to ``prefetch`` traces (default
+:data:`PREFETCH_TRACES`: every trace of a usual run), collects every text a
+policy will embed — each tool result, the task text and each turn's focus
+text (:func:`likely_embedded_texts`) — and embeds the distinct ones in large
+model batches once (:func:`contextrender.embed.embed_many`, a progress bar),
+then serves every method from that memo. Each prefetched row and usage is
+exactly what embedding the text alone gives, so the prefetch changes no
+number (``tests/experiments/test_replay_prefetch.py``); a text it did not
+guess is embedded when a policy asks, as without it.
 Two audits guard the metric: a result claimed visible must appear with its
 complete original text (else :class:`ReplayError`), and each render's history
 tokens are recounted from its messages for the over-budget count.
@@ -51,7 +59,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +69,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from contextrender.embed import CachedEmbedder
-from contextrender.events import Message, Usage
+from contextrender.embed import embed_many
+from contextrender.events import SYSTEM_ROLES, Message, Usage
 from contextrender.experiments.evaluation.measures import MeasureStats, MeasureTracker
 from contextrender.experiments.evaluation.recall import AGE_BINS, RecallStats, count_events, recall, reuse_events
 from contextrender.experiments.evaluation.traces import Episode, TraceSet, open_traces
@@ -71,6 +79,13 @@ from contextrender.render import Rendered, Scope
 from contextrender.tokens import DEFAULT_ENCODING, TokenCounter
 
 log = logging.getLogger(__name__)
+
+#: Traces :func:`replay_traces` reads ahead and embeds in one go (every trace of a usual run; the
+#: memo of one window's vectors, ~1.5 kB per distinct text with MiniLM, is the memory it costs).
+PREFETCH_TRACES = 2000
+
+#: The name the hindsight ceiling is replayed under (reported apart from the methods, never a policy).
+CEILING_NAME = "hindsight ceiling"
 
 
 class ReplayError(RuntimeError):
@@ -122,6 +137,8 @@ class ReplayResult:
     sources: dict[str, Any] | None = None
     benchmark: dict[str, Any] | None = None  # {"name", "from"}: what benchmark-dependent settings used
     method_settings: dict[str, dict[str, Any]] | None = None  # per method, settings chosen for the benchmark
+    #: the hindsight ceiling's tally (not a policy: experiments/evaluation/ceiling.py), when replayed with one
+    ceiling: MethodTally | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -132,6 +149,8 @@ class ReplayResult:
             "skipped_lines": self.skipped_lines,
             "methods": {name: t.summary() for name, t in self.methods.items()},
         }
+        if self.ceiling is not None:
+            out["ceiling"] = self.ceiling.summary()
         # Only a replay of files has these; a replay of in-memory episodes (make plus) keeps its old keys.
         if self.sources is not None:
             out["sources"] = self.sources
@@ -220,8 +239,13 @@ class MemoCompactor:
 class SharedEmbeddings:
     """An in-memory layer over the run's cached embedder, shared by every policy.
 
-    Misses go to the model in one batch; each text's vector and (logical) usage
-    are then kept for the episode, so N policies cost one embedding per text.
+    Each text's vector and (logical) usage are kept until :meth:`clear`, so N
+    policies cost one embedding per text. :meth:`prefetch` fills the memo ahead
+    of the renders in large batches; texts it did not get are embedded when a
+    policy asks (several at once in one batch). Either way a text's row and
+    usage are those of ``inner.embed_documents([text])`` (see
+    :func:`contextrender.embed.embed_many`). ``counts``: texts prefetched,
+    texts embedded on demand, and lookups served from the memo.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -232,18 +256,41 @@ class SharedEmbeddings:
         # written to the Embedder protocol alone has no max_chars and gets the texts as they are.
         self.max_chars: int | None = getattr(inner, "max_chars", None)
         self._memo: dict[str, tuple[np.ndarray, Usage]] = {}
+        self.counts = {"prefetched": 0, "on_demand": 0, "served": 0}
 
     def clear(self) -> None:
         self._memo.clear()
 
+    def _clip(self, texts: Iterable[str]) -> list[str]:
+        return list(texts) if self.max_chars is None else [t[: self.max_chars] for t in texts]
+
+    def _fill(self, texts: list[str], progress: Callable[[int, int], None] | None = None) -> None:
+        if len(texts) == 1:
+            vecs, usage = self.inner.embed_documents(texts)
+            self._memo[texts[0]] = (vecs[0], usage)
+            return
+        vecs, usages = embed_many(self.inner, texts, progress=progress)
+        for t, v, u in zip(texts, vecs, usages, strict=True):
+            self._memo[t] = (v, u)
+
+    def prefetch(self, texts: Iterable[str], progress: Callable[[int, int], None] | None = None) -> int:
+        """Embed the distinct ``texts`` not yet in the memo in large batches; returns how many.
+
+        ``progress(done, total)``: texts the model embedded so far (an on-disk cache's hits excluded).
+        """
+        missing = list(dict.fromkeys(t for t in self._clip(texts) if t not in self._memo))
+        if missing:
+            self._fill(missing, progress)
+        self.counts["prefetched"] += len(missing)
+        return len(missing)
+
     def embed_documents(self, texts: list[str]) -> tuple[np.ndarray, Usage]:
-        clipped = list(texts) if self.max_chars is None else [t[: self.max_chars] for t in texts]
+        clipped = self._clip(texts)
         missing = list(dict.fromkeys(t for t in clipped if t not in self._memo))
-        if len(missing) > 1 and isinstance(self.inner, CachedEmbedder):
-            self.inner.embed_documents(missing)  # one model batch; the per-text calls below hit its cache
-        for t in missing:
-            vecs, usage = self.inner.embed_documents([t])
-            self._memo[t] = (vecs[0], usage)
+        if missing:
+            self._fill(missing)
+        self.counts["on_demand"] += len(missing)
+        self.counts["served"] += len(clipped) - len(missing)
         if not clipped:
             return np.zeros((0, self.dim), dtype=np.float32), Usage()
         usage = Usage()
@@ -260,16 +307,35 @@ class SharedEmbeddings:
 class Shared:
     """What a run's policies share: one embedding layer and one compaction memo (either may be None).
 
-    :meth:`prewarm` embeds an episode's likely texts in one batch before its
-    renders; :meth:`clear` drops the episode's memos so memory stays bounded.
+    :meth:`prewarm` embeds the likely texts of the episodes about to be replayed
+    in large batches before their renders; :meth:`clear` drops the memos after
+    them so memory stays bounded.
     """
 
     embedder: SharedEmbeddings | None = None
     compactor: MemoCompactor | None = None
 
-    def prewarm(self, episode: Episode) -> None:
-        if self.embedder is not None:
-            self.embedder.embed_documents(likely_embedded_texts(episode))
+    def prewarm(self, episodes: Episode | Sequence[Episode], progress: bool = False,
+                budget: int | None = None) -> int:
+        """Embed every text :func:`likely_embedded_texts` expects of ``episodes`` (one or several) at once.
+
+        ``budget``: leave out the queries of turns whose full history fits it. Returns the
+        number of texts embedded; ``progress``: a tqdm bar over them on stderr.
+        """
+        if self.embedder is None:
+            return 0
+        eps = [episodes] if isinstance(episodes, Episode) else list(episodes)
+        texts = [t for e in eps for t in likely_embedded_texts(e, budget=budget)]
+        if not progress:
+            return self.embedder.prefetch(texts)
+        with tqdm(desc=f"embed {len(eps)} traces", unit="text", file=sys.stderr, dynamic_ncols=True,
+                  leave=False, position=1) as bar:
+
+            def tick(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            return self.embedder.prefetch(texts, tick)
 
     def clear(self) -> None:
         if self.embedder is not None:
@@ -393,6 +459,9 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
     for name, policy in policies.items():
         tally = tallies[name]
         t0 = time.perf_counter()
+        prepare = getattr(policy, "prepare_episode", None)
+        if prepare is not None:  # the hindsight ceiling learns this episode's reuse events first
+            prepare(episode)
         session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
         tracker = MeasureTracker(counter)
         visible: dict[int, frozenset[int]] = {}
@@ -419,59 +488,116 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
     return count_events(events)
 
 
-def likely_embedded_texts(episode: Episode, task_chars: int = 2000) -> list[str]:
-    """What relevance scoring will embed during the episode, to embed in one model batch up front.
+def likely_embedded_texts(episode: Episode, task_chars: int = 2000, budget: int | None = None) -> list[str]:
+    """What relevance scoring will embed during the episode, to embed in large batches up front.
 
     Every tool result (spec §2), the task x (first user message, clipped; spec
     §4) and, per turn, the focus f_t as the latest user plus latest assistant
-    message. A policy that builds its queries differently just misses the memo
-    for those: a wrong guess costs time, never a different result.
+    message. With ``budget``, only the turns where a policy scores relevance:
+    those with a tool result before them whose full history exceeds B (every
+    policy shows the full history when it fits; spec §5 step 2), and x only if
+    there is one. A policy that builds its queries differently just misses the
+    memo for those: a wrong guess costs time, never a different result.
     """
     msgs = [Message.from_openai(m) for m in episode.messages]
     texts = [m.content for m in msgs if m.role == "tool"]
-    first_user = next((m for m in msgs if m.role == "user"), None)
-    if first_user is not None:
-        texts.append(first_user.content[:task_chars])
+    needed = _over_budget_turns(msgs, budget) if budget is not None else None
+    focus: list[str] = []
     last_user: Message | None = None
     last_asst: Message | None = None
-    for m in msgs:
+    for idx, m in enumerate(msgs):
         if m.role == "assistant":  # the render before this turn sees the focus built so far
             parts = [x.text() for x in (last_user, last_asst) if x is not None]
-            if parts:
-                texts.append("\n".join(parts))
+            if parts and (needed is None or idx in needed):
+                focus.append("\n".join(parts))
             last_asst = m
         elif m.role == "user":
             last_user = m
-    return list(dict.fromkeys(texts))
+    first_user = next((m for m in msgs if m.role == "user"), None)
+    if first_user is not None and (needed is None or needed):
+        texts.append(first_user.content[:task_chars])
+    return list(dict.fromkeys(texts + focus))
+
+
+def _over_budget_turns(msgs: Sequence[Message], budget: int) -> set[int]:
+    """Indices of the assistant messages before which the history (spec §1 scope, as
+    :class:`~contextrender.render.Scope` draws it) holds a tool result and exceeds ``budget``."""
+    counter = TokenCounter()
+    n_sys = 0
+    while n_sys < len(msgs) and msgs[n_sys].role in SYSTEM_ROLES:
+        n_sys += 1
+    out: set[int] = set()
+    history = 0  # tokens of msgs[n_sys:idx]
+    current: int | None = None  # tokens of the latest user message (outside B)
+    seen_result = False
+    for idx, m in enumerate(msgs):
+        if idx >= n_sys:
+            if m.role == "assistant" and seen_result and history - (current or 0) > budget:
+                out.add(idx)
+            ntok = counter.message(m)
+            history += ntok
+            if m.role == "user":
+                current = ntok
+            seen_result = seen_result or m.role == "tool"
+    return out
+
+
+def _windows(episodes: Iterable[Episode], size: int) -> Iterator[list[Episode]]:
+    """``episodes`` in consecutive lists of ``size`` (the last may be shorter)."""
+    window: list[Episode] = []
+    for e in episodes:
+        window.append(e)
+        if len(window) >= size:
+            yield window
+            window = []
+    if window:
+        yield window
 
 
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
            *, shared: Shared | None = None, total: int | None = None, progress: bool = True,
-           skipped: Any = None, on_render: RenderHook | None = None) -> ReplayResult:
+           skipped: Any = None, on_render: RenderHook | None = None, prefetch: int = 1,
+           ceiling: Any = None) -> ReplayResult:
     """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
 
-    ``shared``: what the policies were built to share (see :func:`build_policies`);
-    it is prewarmed before each episode and cleared after it.
+    ``shared``: what the policies were built to share (see :func:`build_policies`).
+    ``prefetch``: how many episodes to read ahead and prewarm ``shared`` for in one go
+    (their likely embedded texts in large batches, :meth:`Shared.prewarm`); its memos are
+    cleared after each such window. 1 (the default) takes ``episodes`` one at a time, so a
+    generator that prepares each episode as it is yielded still works; 0 prewarms nothing
+    (every text is embedded when a policy asks). No setting changes a result.
     ``skipped``: an object whose ``.skipped`` is read after iteration (a
     :class:`~contextrender.experiments.evaluation.traces.TraceReader`).
+    ``ceiling``: a :class:`~contextrender.experiments.evaluation.ceiling.HindsightCeiling` replayed
+    with the policies (same renders, audits and measures) and reported apart, as ``result.ceiling``.
     """
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch must be an integer ≥ 0, got {prefetch!r}")
+    if ceiling is not None:
+        if CEILING_NAME in policies:
+            raise ValueError(f"{CEILING_NAME!r} names the hindsight ceiling; a policy cannot have that name")
+        policies = {**policies, CEILING_NAME: ceiling}
     tallies = {name: MethodTally(name, bool(getattr(p, "budgeted", True))) for name, p in policies.items()}
     pooled = RecallStats()
     prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
     n = 0
-    bar = tqdm(episodes, total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
+    bar = tqdm(total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
-    for episode in bar:
-        if shared is not None:
-            shared.prewarm(episode)
-        # One graph connection per episode: closing it drops the sessions it cached in memory.
-        with ContextGraph(graph_path) as graph:  # sessions named by position: unique across files
-            pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, f"{prefix}/{n}", on_render)
+    for window in _windows(episodes, max(prefetch, 1)):
+        if shared is not None and prefetch:
+            shared.prewarm(window, progress=progress and len(window) > 1, budget=budget)
+        for episode in window:
+            # One graph connection per episode: closing it drops the sessions it cached in memory.
+            with ContextGraph(graph_path) as graph:  # sessions named by position: unique across files
+                pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, f"{prefix}/{n}",
+                                                 on_render)
+            n += 1
+            bar.update(1)
         if shared is not None:
             shared.clear()
-        n += 1
     bar.close()
-    return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies)
+    bound = tallies.pop(CEILING_NAME) if ceiling is not None else None
+    return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound)
 
 
 # -- report -------------------------------------------------------------------------
@@ -534,7 +660,9 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         "|---|" + "---:|" * (5 + len(AGE_BINS)),
     ]
     any_ref = False
-    for name, t in result.methods.items():
+    rows = list(result.methods.items()) + ([(f"*{CEILING_NAME}* (not a policy)", result.ceiling)]
+                                           if result.ceiling is not None else [])
+    for name, t in rows:
         s = t.summary()
         refs = [ref(name, RECALL_METRIC)] + [ref(name, RECALL_AGE_METRICS[b]) for b in AGE_BINS]
         any_ref = any_ref or any(r is not None for r in refs)
@@ -547,6 +675,10 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     if any_ref and paper:
         lines += ["", f"In parentheses: paper {paper['table']} ({paper['model']}, {paper['benchmark']}, "
                       f"B={result.budget})."]
+    if result.ceiling is not None:
+        lines += ["", "Hindsight ceiling: at each turn it knows which results that turn reuses and shows the "
+                      "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
+                      "the most reuse events any selector with that scope can cover (not a policy)."]
     lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
@@ -632,7 +764,8 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
                   compactor: Any = None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
                   strict: bool = True, limit: int | None = None, graph: str | Path | None = None,
                   progress: bool = False, trace_format: str | None = None,
-                  benchmark: str | None = None) -> ReplayResult:
+                  benchmark: str | None = None, prefetch: int = PREFETCH_TRACES,
+                  ceiling: bool = True) -> ReplayResult:
     """Replay trace files through registry methods at ``budget``: the plain-argument entry point.
 
     ``python -m contextrender.experiments.evaluation.replay`` (Hydra) and
@@ -656,6 +789,11 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
         trace_format: force a format (``contextrender``, ``tau2``, ``taubench``, ``bfcl``); None = by content.
         benchmark: the benchmark the traces come from, for settings that depend on it (ACON's
             thresholds: ``moqa8*`` → QA's); None = the one the trace files record, if any.
+        prefetch: traces read ahead whose texts are embedded together before they are replayed
+            (see :func:`replay`; 0 = none, every text embedded when a policy asks). Results do not
+            depend on it, only time and memory.
+        ceiling: also replay the hindsight ceiling (:mod:`~contextrender.experiments.evaluation.ceiling`),
+            reported as ``result.ceiling`` / the output's ``"ceiling"`` beside the methods.
 
     Returns:
         The :class:`ReplayResult`; ``.to_json()`` is what the Hydra entry writes.
@@ -679,8 +817,13 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cr-replay-") as tmp:
         graph_path = graph or os.path.join(tmp, "graph.sqlite")
+        bound = None
+        if ceiling:
+            from contextrender.experiments.evaluation.ceiling import HindsightCeiling
+
+            bound = HindsightCeiling(embedder=shared.embedder if shared.embedder is not None else embedder)
         result = replay(episodes, policies, budget, graph_path, shared=shared,
-                        total=total, progress=progress, skipped=found)
+                        total=total, progress=progress, skipped=found, prefetch=prefetch, ceiling=bound)
     elapsed = time.perf_counter() - t0
     result.sources, result.benchmark, result.method_settings = found.summary(), bench, settings
     if result.traces == 0:
@@ -695,6 +838,10 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
             log.error("%s rendered more than B=%d tokens in %d of %d renders", name, budget, t.over_budget, t.renders)
     log.info("replayed %d traces × %d methods in %.1f s (%s)", result.traces, len(policies), elapsed,
              ", ".join(f"{n} {t.seconds:.1f} s" for n, t in result.methods.items()))
+    if shared.embedder is not None:
+        c = shared.embedder.counts
+        log.info("embeddings: %d texts prefetched, %d embedded on demand, %d lookups served from memory",
+                 c["prefetched"], c["on_demand"], c["served"])
     return result
 
 
@@ -717,6 +864,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trace_format = cfg.get("trace_format") or None
     benchmark = cfg.get("benchmark_name") or None  # `benchmark` is the config group of conf/benchmark/
     check_replay_args(traces, budget, methods, trace_format=trace_format, strict=bool(cfg.strict))  # before anything is built
+    if cfg.get("torch_threads"):  # +torch_threads=1: on a machine another job keeps busy, one thread is faster
+        import torch
+
+        torch.set_num_threads(int(cfg.torch_threads))
     # One cached embedder for every policy: a result is embedded once per run, whoever renders it.
     extra = {"cache_path": cfg.embedding_cache} if cfg.get("embedding_cache") else {}
     embedder = instantiate(cfg.embedding, **extra)
@@ -725,9 +876,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     assert isinstance(raw, dict)
     overrides = {str(k): dict(v or {}) for k, v in raw.items()}
     limit = int(cfg.limit) if cfg.get("limit") is not None else None
+    # +prefetch_traces=N: traces embedded together ahead of their replay (0: none); results never change.
+    prefetch = int(cfg.prefetch_traces) if cfg.get("prefetch_traces") is not None else PREFETCH_TRACES
     result = replay_traces(traces, budget, methods, embedder=embedder, compactor=compactor,
                            overrides=overrides, strict=bool(cfg.strict), limit=limit, graph=cfg.graph or None,
-                           progress=bool(cfg.progress), trace_format=trace_format, benchmark=benchmark)
+                           progress=bool(cfg.progress), trace_format=trace_format, benchmark=benchmark,
+                           prefetch=prefetch, ceiling=bool(cfg.get("ceiling", True)))
     out = result.to_json()
     write_json(cfg.output, out)
     paper = OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") else None

@@ -42,6 +42,28 @@ Also reported: TFA scan throughput (MB/s of new tool-result text through
 ``FlowIndex.add_result``), and the ratio of a naive TFA (re-scan the whole
 history every invocation, then compute c_t) to the incremental one
 (new turn's ``add_result``/``add_operation`` + ``reuse_scores``).
+
+Replay speed (issue 18), written to ``results/bench/replay_speed.json``:
+
+- embedding throughput, texts/s, with the local MiniLM embedder and no cache
+  (cold): the same texts embedded one at a time (``embed_documents([t])``, what
+  a policy asking for one text costs) and in batches
+  (:func:`contextrender.embed.embed_many`), timed side by side in alternating
+  rounds so machine load hits both alike; the ratio, and whether every batched
+  row is bit-identical to its one-at-a-time row. The texts are a sample of
+  those the replay below embeds. Measured at torch's default thread count and,
+  in the same rounds, at one thread (``--torch-threads`` sets the default).
+- trace replay wall time, ``--replay-traces`` (200) recorded Full traces — half
+  τ²-retail, half BFCL multi-turn long-context, from
+  ``results/runs/*/traces/*__full__B2000.jsonl``, generated ones where those
+  are missing — × 10 budgeted catalogue methods at B = 2000: cold (a fresh
+  embedding cache: every text through the model, prefetched in large batches)
+  and warm (the cache filled), asserting identical results. ``--replay-baseline``
+  adds the cold replay without the prefetch (each text embedded when a policy
+  asks, mostly one at a time: how replay ran before), several minutes more.
+
+``--skip-overhead``, ``--skip-embed`` and ``--skip-replay`` leave parts out
+(the replay is the longest part: about 2–4 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -63,13 +85,23 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from contextrender import ContextGraph, ContextRender, FlowIndex, HashingEmbedder, Usage, offline
+from contextrender import ContextGraph, ContextRender, ExtractiveCompactor, FlowIndex, HashingEmbedder, Usage, offline
+from contextrender.embed import CachedEmbedder, LocalEmbedder, embed_many
+from contextrender.experiments import catalogue
+from contextrender.experiments.evaluation.replay import ReplayResult, build_policies, likely_embedded_texts, replay
+from contextrender.experiments.evaluation.traces import Episode, count_lines, read_traces
 from contextrender.graph import Session
 from contextrender.render import Scope, fit_verbatim, focus_text
 from contextrender.selector import Profile
 from contextrender.tfa import ReuseEdge, extract_values, match_tokens
 
 DEFAULT_OUT = Path("results/bench/overhead.json")
+DEFAULT_SPEED_OUT = Path("results/bench/replay_speed.json")
+DEFAULT_RUNS = Path("results/runs")
+#: The recorded Full traces the replay part uses, half each (file name part → benchmark label).
+REPLAY_SETS = {"tau2_retail": "τ²-retail", "bfcl_multi_turn_long_context": "BFCL multi-turn long-context"}
+REPLAY_BUDGET = 2000  # the budget those traces were recorded at (oracle runs, B = 2000)
+REPLAY_TARGET_S = 120.0  # issue 18: a cold replay of 200 traces × 10 methods within 2 minutes on 2 cores
 PRIMARY_BUDGET = 6000
 TARGETS_MS = {1000: 5.0, 10000: 50.0}  # median total per invocation (project performance goals)
 
@@ -457,6 +489,234 @@ def tfa_throughput(mb: float, seed: int, repeats: int = 3) -> dict[str, float]:
             "operation_mb_per_s": op_bytes / 1e6 / min(op_t), "n_results": len(results)}
 
 
+# --------------------------------------------------------------------------------------------------
+# Replay speed (issue 18): embedding throughput one at a time vs batched, and cold / warm trace replay
+# --------------------------------------------------------------------------------------------------
+
+
+def generated_episodes(n: int, seed: int, turns: int = 24) -> list[Episode]:
+    """``n`` synthetic traces of the workload above (system, task, tool turns, a user follow-up, an answer)."""
+    out = []
+    for i in range(n):
+        wl = Workload(seed=seed + 1000 + i, n_people=200)
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": TASK}]
+        for k in range(turns):
+            if k == turns // 2:
+                msgs.append({"role": "user", "content": "Also include the refunded orders, please."})
+            msgs.extend(wl.turn())
+        msgs.append({"role": "assistant", "content": "Done: every invoice is reconciled and the summary is sent."})
+        out.append(Episode(f"generated-{i}", tuple(msgs), i + 1, f"generated:{i + 1}", "generated"))
+    return out
+
+
+def replay_episodes(n: int, runs: Path, seed: int) -> tuple[list[Episode], dict[str, Any]]:
+    """``n`` traces: the first n/2 of each recorded Full-trace set under ``runs`` (of its files, the one
+    with the most traces), generated ones for what is missing."""
+    files = sorted(runs.glob("*/traces/*__full__B2000.jsonl"))
+    episodes: list[Episode] = []
+    sources: dict[str, Any] = {}
+    per_set = [n // len(REPLAY_SETS) + (1 if i < n % len(REPLAY_SETS) else 0) for i in range(len(REPLAY_SETS))]
+    for key, want in zip(REPLAY_SETS, per_set, strict=True):
+        named = [f for f in files if f"__{key}__" in f.name]
+        path = max(named, key=count_lines) if named else None  # max keeps the first of equals
+        got: list[Episode] = []
+        if path is not None:
+            for e in read_traces(path):
+                if len(got) >= want:
+                    break
+                got.append(e)
+        episodes += got
+        sources[key] = {"path": str(path) if path else None, "traces": len(got)}
+    missing = n - len(episodes)
+    if missing:
+        episodes += generated_episodes(missing, seed)
+        sources["generated"] = {"path": None, "traces": missing}
+    return episodes, sources
+
+
+def replay_methods(count: int = 10) -> list[str]:
+    """``count`` budgeted catalogue methods: the ``recall`` group (without Full), ours, then peers in order."""
+    cat = catalogue.catalogue()
+    names = [m for m in catalogue.group("recall") if m != "full"] + list(catalogue.ours())
+    names += [m for m, info in cat.items() if info.kind == "peer"]
+    return list(dict.fromkeys(names))[:count]
+
+
+def _local_embedder(name: str) -> Any:
+    return LocalEmbedder() if name == "local" else HashingEmbedder(dim=256)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:  # the hashing embedder alone needs no torch
+        return None
+    return torch
+
+
+def embedding_throughput(texts: Sequence[str], embedder: str, rounds: int,
+                         threads: Sequence[int | None] = (None,)) -> dict[str, Any]:
+    """texts/s of one-at-a-time vs batched embedding of the same texts, no cache, alternating rounds.
+
+    ``threads``: torch intra-op thread counts to measure at (None: the current one), each in
+    every round, so all settings see the same machine load. The top-level figures are the first
+    setting's; ``by_threads`` has each.
+    """
+    inner = _local_embedder(embedder)
+    t0 = time.perf_counter()
+    inner.embed_documents(["warm-up: load the model"])
+    load_s = time.perf_counter() - t0
+    torch = _torch() if isinstance(inner, LocalEmbedder) else None
+    default = torch.get_num_threads() if torch is not None else None
+    settings = list(dict.fromkeys(default if n is None else n for n in threads))
+    texts = list(texts)
+    blocks = [texts[i::rounds] for i in range(rounds)]
+    acc = {n: {"one_at_a_time": 0.0, "batched": 0.0} for n in settings}
+    identical = True
+    try:
+        for r, block in enumerate(blocks):
+            def one_at_a_time(block: list[str] = block) -> np.ndarray:
+                return np.stack([inner.embed_documents([t])[0][0] for t in block])
+
+            def batched(block: list[str] = block) -> np.ndarray:
+                return embed_many(inner, block)[0]
+
+            for n in settings:
+                if torch is not None and n is not None:
+                    torch.set_num_threads(n)
+                rows = {}
+                for fn in (one_at_a_time, batched) if r % 2 == 0 else (batched, one_at_a_time):
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    rows[fn.__name__] = fn()
+                    acc[n][fn.__name__] += time.perf_counter() - t0
+                identical = identical and bool(np.array_equal(rows["one_at_a_time"], rows["batched"]))
+    finally:
+        if torch is not None and default is not None:
+            torch.set_num_threads(default)
+    by_threads = {str(n): {"single_s": a["one_at_a_time"], "batched_s": a["batched"],
+                           "single_texts_per_s": len(texts) / a["one_at_a_time"],
+                           "batched_texts_per_s": len(texts) / a["batched"],
+                           "batched_over_single": a["one_at_a_time"] / a["batched"]} for n, a in acc.items()}
+    tokens = inner._token_lengths(inner._get_model(), texts) if isinstance(inner, LocalEmbedder) else None
+    return {
+        "embedder": inner.name, "texts": len(texts), "rounds": rounds, "torch_threads": settings[0],
+        "model_tokens_mean": float(np.mean(tokens)) if tokens is not None else None,
+        "chars_mean": float(np.mean([len(t[:inner.max_chars]) for t in texts])),
+        **by_threads[str(settings[0])], "by_threads": by_threads,
+        "rows_identical": identical, "model_load_s": load_s,
+    }
+
+
+def _timed_replay(episodes: Sequence[Episode], methods: Sequence[str], inner: Any, cache: Path,
+                  prefetch: int, progress: bool) -> tuple[float, ReplayResult, dict[str, Any]]:
+    """One replay through a :class:`CachedEmbedder` at ``cache``: wall seconds, result, embedding counts."""
+    emb = CachedEmbedder(inner, cache)
+    load = machine_info()["loadavg_1_5_15"]
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    policies, shared = build_policies(methods, embedder=emb, compactor=ExtractiveCompactor())
+    with tempfile.TemporaryDirectory(prefix="cr-bench-replay-") as tmp:
+        result = replay(episodes, policies, REPLAY_BUDGET, Path(tmp) / "graph.sqlite", shared=shared,
+                        total=len(episodes), progress=progress, prefetch=prefetch)
+    wall = time.perf_counter() - t0
+    counts: dict[str, Any] = dict(shared.embedder.counts) if shared.embedder is not None else {}
+    counts.update(model_embedded=emb.misses, cache_hits=emb.hits, cpu_s=time.process_time() - c0,
+                  loadavg_1_at_start=load[0] if load else None)
+    emb._db.close()
+    return wall, result, counts
+
+
+def replay_speed(episodes: Sequence[Episode], methods: Sequence[str], embedder: str, baseline: bool,
+                 progress: bool) -> dict[str, Any]:
+    """Cold (fresh cache) and warm (cache filled) replay of ``episodes`` × ``methods``; results must agree."""
+    inner = _local_embedder(embedder)
+    inner.embed_documents(["warm-up: load the model"])  # model load is not replay time
+    runs: dict[str, Any] = {}
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="cr-bench-emb-") as tmp:
+        plan = [("cold", Path(tmp) / "cache.sqlite", len(episodes)), ("warm", Path(tmp) / "cache.sqlite", len(episodes))]
+        if baseline:
+            plan.append(("cold_no_prefetch", Path(tmp) / "baseline.sqlite", 0))
+        for label, cache, prefetch in plan:
+            wall, result, counts = _timed_replay(episodes, methods, inner, cache, prefetch, progress)
+            policy_s = sum(t.seconds for t in result.methods.values())
+            cpu_s, load = counts.pop("cpu_s"), counts.pop("loadavg_1_at_start")
+            runs[label] = {"wall_s": wall, "cpu_s": cpu_s, "loadavg_1_at_start": load, "policies_s": policy_s,
+                           "embedding_and_rest_s": wall - policy_s, "prefetch_traces": prefetch,
+                           "embeddings": counts, "renders": sum(t.renders for t in result.methods.values())}
+            results[label] = result.to_json()
+            if progress:
+                print(f"replay {label}: {wall:.1f} s", file=sys.stderr)
+    first = next(iter(results.values()))
+    out: dict[str, Any] = {
+        "traces": len(episodes), "methods": list(methods), "budget": REPLAY_BUDGET, "embedder": inner.name,
+        "runs": runs, "cold_over_warm": runs["cold"]["wall_s"] / runs["warm"]["wall_s"],
+        "identical_results": all(r == first for r in results.values()),
+        "recall": {m: s["recall"] for m, s in first["methods"].items()},
+        "target_cold_s": REPLAY_TARGET_S, "target_met": runs["cold"]["wall_s"] <= REPLAY_TARGET_S,
+    }
+    if baseline:
+        out["no_prefetch_over_cold"] = runs["cold_no_prefetch"]["wall_s"] / runs["cold"]["wall_s"]
+    return out
+
+
+def speed_markdown(report: dict[str, Any]) -> str:
+    lines = ["Replay speed (issue 18)"]
+    thr = report.get("embedding_throughput")
+    if thr:
+        per = "; ".join(("" if n == "None" else f"{n} torch thread{'s' if n != '1' else ''}: ")
+                        + f"one at a time {t['single_texts_per_s']:.1f} "
+                        f"texts/s, batched {t['batched_texts_per_s']:.1f} texts/s ({t['batched_over_single']:.1f}×)"
+                        for n, t in thr["by_threads"].items())
+        lines += ["", f"Embedding throughput, {thr['embedder']}, no cache, {thr['texts']} texts (mean "
+                  f"{thr['chars_mean']:.0f} chars), side by side in {thr['rounds']} alternating rounds: {per}; "
+                  f"batched rows bit-identical: {thr['rows_identical']}."]
+    rp = report.get("replay")
+    if rp:
+        src = ", ".join(f"{k} {v['traces']}" for k, v in rp["sources"].items())
+        lines += ["", f"Replay of {rp['traces']} traces ({src}) × {len(rp['methods'])} methods at B={rp['budget']}, "
+                  f"{rp['embedder']}:", "",
+                  "| run | wall s | CPU s (all threads) | policies s | embedding + rest s | texts through the model "
+                  "| load avg at start |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for label, r in rp["runs"].items():
+            load = "–" if r["loadavg_1_at_start"] is None else f"{r['loadavg_1_at_start']:.1f}"
+            lines.append(f"| {label} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['policies_s']:.1f} "
+                         f"| {r['embedding_and_rest_s']:.1f} | {r['embeddings'].get('model_embedded', 0)} | {load} |")
+        lines += ["", f"cold / warm {rp['cold_over_warm']:.1f}×"
+                  + (f"; without prefetch / cold {rp['no_prefetch_over_cold']:.1f}×" if "no_prefetch_over_cold" in rp else "")
+                  + f"; identical results in every run: {rp['identical_results']}; cold target ≤ "
+                  f"{rp['target_cold_s']:.0f} s {'met' if rp['target_met'] else 'MISSED'}."]
+    return "\n".join(lines)
+
+
+def run_speed(args: argparse.Namespace) -> dict[str, Any]:
+    progress = not args.no_progress
+    t_start = time.perf_counter()
+    report: dict[str, Any] = {"loadavg_at_start": machine_info()["loadavg_1_5_15"]}
+    torch = _torch() if args.speed_embedder == "local" else None
+    if torch is not None and args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    episodes, sources = replay_episodes(args.replay_traces, args.runs, args.seed)
+    if not args.skip_embed:
+        texts = list(dict.fromkeys(t for e in episodes for t in likely_embedded_texts(e, budget=REPLAY_BUDGET)))
+        step = max(1, len(texts) // args.embed_texts)
+        threads: list[int | None] = [None]
+        if torch is not None and torch.get_num_threads() > 1:
+            threads.append(1)  # beside it: one thread, which a loaded machine may run faster
+        report["embedding_throughput"] = embedding_throughput(texts[::step][:args.embed_texts], args.speed_embedder,
+                                                              args.embed_rounds, threads)
+    if not args.skip_replay:
+        methods = args.replay_methods or replay_methods()
+        report["replay"] = {"sources": sources, **replay_speed(episodes, methods, args.speed_embedder,
+                                                                args.replay_baseline, progress)}
+    report["torch_threads"] = torch.get_num_threads() if torch is not None else None
+    report.update(runtime_s=time.perf_counter() - t_start, machine=machine_info(),
+                  command="python -m contextrender.experiments.studies.bench " + " ".join(args.argv))
+    return report
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or ""
     try:
@@ -586,6 +846,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dim", type=int, default=256, help="HashingEmbedder dimension")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true", help="hide tqdm bars")
+    speed = ap.add_argument_group("replay speed (issue 18)")
+    speed.add_argument("--skip-overhead", action="store_true", help="leave out the per-invocation overhead part")
+    speed.add_argument("--skip-embed", action="store_true", help="leave out the embedding throughput part")
+    speed.add_argument("--skip-replay", action="store_true", help="leave out the cold/warm replay part (the longest)")
+    speed.add_argument("--speed-out", type=Path, default=DEFAULT_SPEED_OUT,
+                       help=f"JSON report of the replay-speed parts (default {DEFAULT_SPEED_OUT})")
+    speed.add_argument("--speed-embedder", choices=("local", "hashing"), default="local",
+                       help="embedder of those parts (default local: MiniLM; hashing: a quick smoke run)")
+    speed.add_argument("--torch-threads", type=int, default=None,
+                       help="torch intra-op threads for these parts (default: torch's own, one per core)")
+    speed.add_argument("--embed-texts", type=int, default=None, help="texts timed for throughput (240; quick 24)")
+    speed.add_argument("--embed-rounds", type=int, default=2, help="alternating rounds they are split into")
+    speed.add_argument("--replay-traces", type=int, default=None, help="traces replayed (200; quick 6)")
+    speed.add_argument("--replay-methods", nargs="+", default=None,
+                       help="methods replayed (default: 10 budgeted catalogue methods, see replay_methods)")
+    speed.add_argument("--replay-baseline", action="store_true",
+                       help="also replay cold without the prefetch (how replay embedded before; minutes)")
+    speed.add_argument("--runs", type=Path, default=DEFAULT_RUNS,
+                       help=f"where recorded Full traces are looked for (default {DEFAULT_RUNS})")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     args.argv = argv
@@ -594,19 +873,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.repeats = args.repeats if args.repeats is not None else (3 if q else 15)
     args.naive_repeats = args.naive_repeats if args.naive_repeats is not None else (2 if q else 3)
     args.tfa_mb = args.tfa_mb if args.tfa_mb is not None else (0.5 if q else 10.0)
+    args.embed_texts = args.embed_texts if args.embed_texts is not None else (24 if q else 240)
+    args.replay_traces = args.replay_traces if args.replay_traces is not None else (6 if q else 200)
     if min(args.sizes) < 1 or args.repeats < 1 or args.naive_repeats < 1:
         ap.error("--sizes, --repeats and --naive-repeats must be positive")
+    if args.embed_texts < 1 or args.embed_rounds < 1 or args.replay_traces < 1:
+        ap.error("--embed-texts, --embed-rounds and --replay-traces must be positive")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the parts not skipped; returns the overhead report (empty when skipped) with the
+    replay-speed report under ``"replay_speed"`` (when run; written to ``--speed-out``)."""
     args = parse_args(argv)
     offline.enable()
-    report = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(markdown(report))
-    print(f"\nwrote {args.out} in {report['runtime_s']:.0f} s")
+    report: dict[str, Any] = {}
+    if not args.skip_overhead:
+        report = run(args)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(markdown(report))
+        print(f"\nwrote {args.out} in {report['runtime_s']:.0f} s")
+    if not (args.skip_embed and args.skip_replay):
+        speed = run_speed(args)
+        args.speed_out.parent.mkdir(parents=True, exist_ok=True)
+        args.speed_out.write_text(json.dumps(speed, indent=2, ensure_ascii=False) + "\n")
+        print("\n" + speed_markdown(speed))
+        print(f"\nwrote {args.speed_out} in {speed['runtime_s']:.0f} s")
+        if "replay" in speed and not speed["replay"]["identical_results"]:
+            raise SystemExit("replay results differ between cold, warm (and no-prefetch) runs: see "
+                             f"{args.speed_out}")
+        report = {**report, "replay_speed": speed}
     return report
 
 

@@ -22,7 +22,7 @@ SIZES = (50, 200)
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "overhead.json"
     report = bench.main(["--quick", "--sizes", *map(str, SIZES), "--repeats", "3", "--naive-repeats", "2",
-                         "--tfa-mb", "0.2", "--no-progress", "--out", str(out)])
+                         "--tfa-mb", "0.2", "--no-progress", "--out", str(out), "--skip-embed", "--skip-replay"])
     return report, json.loads(out.read_text())
 
 
@@ -75,3 +75,47 @@ def test_naive_reuse_scores_match_flow_index(graph):
     expected = session.flow.reuse_scores()
     assert expected  # the workload produces reuse
     assert bench.naive_reuse_scores(session) == expected
+
+
+# -- replay speed (issue 18) -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def speed_run(tmp_path_factory):
+    """The replay-speed parts, quick, with hashing embeddings and generated traces (no recorded runs)."""
+    d = tmp_path_factory.mktemp("speed")
+    out = d / "replay_speed.json"
+    report = bench.main(["--quick", "--skip-overhead", "--speed-embedder", "hashing", "--replay-traces", "4",
+                         "--replay-methods", "prune", "contextrender", "semantic_retrieval", "--replay-baseline",
+                         "--runs", str(d / "no-runs"), "--no-progress", "--speed-out", str(out)])
+    return report, json.loads(out.read_text())
+
+
+def test_speed_schema(speed_run):
+    report, data = speed_run
+    assert report == {"replay_speed": data}  # the overhead part was skipped: nothing else written
+    thr = data["embedding_throughput"]
+    assert thr["rows_identical"] is True and thr["texts"] == 24
+    for key in ("single_texts_per_s", "batched_texts_per_s", "batched_over_single"):
+        assert _finite_positive(thr[key])
+    rp = data["replay"]
+    assert rp["traces"] == 4 and rp["sources"] == {"tau2_retail": {"path": None, "traces": 0},
+                                                   "bfcl_multi_turn_long_context": {"path": None, "traces": 0},
+                                                   "generated": {"path": None, "traces": 4}}
+    assert set(rp["runs"]) == {"cold", "warm", "cold_no_prefetch"}
+    assert rp["identical_results"] is True
+    cold, warm = rp["runs"]["cold"], rp["runs"]["warm"]
+    assert cold["embeddings"]["model_embedded"] > 0 and warm["embeddings"]["model_embedded"] == 0
+    assert cold["embeddings"]["prefetched"] > 0 and cold["embeddings"]["on_demand"] == 0
+    assert rp["runs"]["cold_no_prefetch"]["embeddings"]["prefetched"] == 0
+    assert all(_finite_positive(r["wall_s"]) for r in rp["runs"].values())
+
+
+def test_replay_methods_are_ten_budgeted_catalogue_methods():
+    from contextrender.experiments import catalogue
+    from contextrender.experiments.evaluation.replay import build_policies
+
+    methods = bench.replay_methods()
+    assert len(methods) == 10 and "full" not in methods
+    assert set(catalogue.group("recall")) - {"full"} <= set(methods)
+    policies, _ = build_policies(methods, embedder=bench.HashingEmbedder(dim=32), compactor=bench.ExtractiveCompactor())
+    assert all(p.budgeted for p in policies.values())

@@ -246,7 +246,7 @@ def test_shared_embeddings_are_computed_once(tmp_path):
     policies, shared = build_policies(CR_METHODS, embedder=inner, compactor=ExtractiveCompactor())
     assert isinstance(shared.embedder, SharedEmbeddings)
     replay(eps, policies, 300, tmp_path / "g.sqlite", shared=shared, progress=False)
-    distinct = {t[: inner.max_chars] for e in eps for t in likely_embedded_texts(e)}
+    distinct = {t[: inner.max_chars] for e in eps for t in likely_embedded_texts(e, budget=300)}
     assert inner.misses >= len(distinct)
     # Four policies, yet the model saw each text about once (queries not guessed may add a few).
     assert inner.misses <= len(distinct) + 5
@@ -292,8 +292,8 @@ def test_cli_end_to_end(tmp_path):
     proc = cli(tmp_path, f"traces={traces}", "budget=300", "methods=[contextrender,cr_recency]", f"output={out}")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
-    assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "sources",
-                         "benchmark", "method_settings"]
+    assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "ceiling",
+                         "sources", "benchmark", "method_settings"]
     assert (res["budget"], res["traces"], res["skipped_lines"]) == (300, 3, 0)
     assert res["sources"] == {"files": [{"path": str(traces.resolve()), "format": "contextrender", "episodes": 3,
                                          "skipped": 0}], "ignored": []}
@@ -311,6 +311,11 @@ def test_cli_end_to_end(tmp_path):
         assert m["over_budget_renders"] == 0 and m["max_rendered_tokens"] <= 300
         assert m["renders"] == sum(len(e.assistant_indices) for e in eps)
     assert "| method | recall |" in proc.stdout and "| contextrender |" in proc.stdout
+    # the hindsight ceiling, beside the methods: never above B, never below a selector with its scope
+    ceil = res["ceiling"]
+    assert ceil["over_budget_renders"] == 0 and ceil["renders"] == res["methods"]["contextrender"]["renders"]
+    assert all(ceil["recall"] >= m["recall"] for m in res["methods"].values())
+    assert "hindsight ceiling* (not a policy) |" in proc.stdout
 
 
 @pytest.mark.slow
@@ -331,3 +336,25 @@ def test_cli_lenient_and_strict(tmp_path):
 def test_cli_unknown_method_fails(tmp_path):
     proc = cli(tmp_path, f"traces={FIXTURES[0]}", "methods=[no_such_method]", f"output={tmp_path / 'x.json'}")
     assert proc.returncode != 0 and "unknown method 'no_such_method'" in proc.stderr
+
+
+def test_the_hindsight_ceiling_bounds_the_selectors_and_reaches_what_they_miss(tmp_path):
+    """replay_traces reports the ceiling apart from the methods; on traces where ContextRender misses
+    reuse events at a tight budget, the ceiling covers at least as many, and a 'ceiling' method name
+    cannot be smuggled in as a policy."""
+    from contextrender.experiments.evaluation.ceiling import HindsightCeiling
+    from contextrender.experiments.evaluation.replay import CEILING_NAME, replay_traces
+
+    res = replay_traces(FIXTURES, 150, ["prune", "contextrender", "cr_recency"], embedder=HashingEmbedder(dim=64),
+                        compactor=ExtractiveCompactor())
+    assert CEILING_NAME not in res.methods and res.ceiling is not None
+    assert res.ceiling.over_budget == 0
+    hits = {name: t.stats.hits for name, t in res.methods.items()}
+    assert min(hits.values()) < res.events.events  # the budget is tight enough to miss some
+    assert all(res.ceiling.stats.hits >= h for h in hits.values()), (res.ceiling.stats.hits, hits)
+    assert res.to_json()["ceiling"]["recall"] == res.ceiling.summary()["recall"]
+    off = replay_traces(FIXTURES, 150, ["contextrender"], embedder=HashingEmbedder(dim=64), ceiling=False)
+    assert off.ceiling is None and "ceiling" not in off.to_json()
+    with pytest.raises(ValueError, match="hindsight ceiling"):
+        replay(episodes(*FIXTURES), {CEILING_NAME: object()}, 150, tmp_path / "g.sqlite",
+               ceiling=HindsightCeiling(embedder=HashingEmbedder(dim=64)))
