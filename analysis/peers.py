@@ -49,6 +49,7 @@ from contextrender.analysis.tables import (  # noqa: E402
     load_recall,
     method_sort_key,
     recall_entries,
+    replay_benchmark,
     setting_notes,
     write_table,
 )
@@ -83,14 +84,6 @@ def display_label(method: str) -> str:
 
 
 # -- inputs ------------------------------------------------------------------------------------
-
-
-def replay_benchmark(replay: Mapping[str, Any]) -> str | None:
-    """The benchmark a replay output names: ``benchmark.name`` (replay of files), or a plain string."""
-    b = replay.get("benchmark")
-    if isinstance(b, Mapping):
-        return b.get("name")
-    return b if isinstance(b, str) else None
 
 
 def match_replays(replays: Sequence[Mapping[str, Any]],

@@ -516,6 +516,14 @@ def recall_entries(recall: Mapping[str, Any]) -> list[tuple[str, Mapping[str, An
     return out
 
 
+def replay_benchmark(replay: Mapping[str, Any]) -> str | None:
+    """The benchmark a replay output names: ``benchmark.name`` (replay of files), or a plain string."""
+    b = replay.get("benchmark")
+    if isinstance(b, Mapping):
+        return b.get("name")
+    return b if isinstance(b, str) else None
+
+
 def load_recall(path: str | Path) -> dict[str, Any]:
     d = json.loads(Path(path).read_text(encoding="utf-8"))
     if "methods" not in d or "budget" not in d:
@@ -545,7 +553,7 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
     rec_rows: list[dict[str, Any]] = []
     for recall in recalls:  # one replay per benchmark's Full traces
         budget = int(recall["budget"])
-        rmodel, rbench = recall.get("model"), recall.get("benchmark")
+        rmodel, rbench = recall.get("model"), replay_benchmark(recall)
         targets = sorted({(m, b) for m, b, bb in zip(abl["model"], abl["benchmark"], abl["budget"], strict=True)
                           if bb == budget and (rmodel is None or m == rmodel) and (rbench is None or b == rbench)})
         if not targets:

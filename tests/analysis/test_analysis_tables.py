@@ -281,7 +281,8 @@ def test_ablation_takes_one_recall_file_per_benchmark(tmp_path):
     runs = write_runs(tmp_path / "runs", recs)
     files = []
     for bench, value in (("bench_a", 11.0), ("bench_b", 22.0)):
-        r = {"budget": B, "benchmark": bench, "traces": 2, "events": 5, "events_by_age": {},
+        # as a replay of files writes it: the benchmark named with where the name came from
+        r = {"budget": B, "benchmark": {"name": bench, "from": "traces"}, "traces": 2, "events": 5, "events_by_age": {},
              "methods": {"contextrender": {"recall": value, "recall_by_age": {}}}}
         files.append(tmp_path / f"recall_{bench}.json")
         files[-1].write_text(json.dumps(r), encoding="utf-8")
