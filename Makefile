@@ -68,7 +68,7 @@ ablation: setup ## Table 2/3: weight ablations (task score) + later-used recall 
 	set -e; recalls=""; for t in $(RUNS)/ablation/traces/*__full__B$(RUN_BUDGET).jsonl; do \
 		b=$$(basename $$t .jsonl); b=$${b#*__}; b=$${b%%__full__B*}; \
 		$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$(RUN_BUDGET) \
-			'methods=[$(RECALL_METHODS)]' output=results/recall_$${b}_B$(RUN_BUDGET).json; \
+			'methods=[$(RECALL_METHODS)]' benchmark_name=$$b output=results/recall_$${b}_B$(RUN_BUDGET).json; \
 		recalls="$$recalls results/recall_$${b}_B$(RUN_BUDGET).json"; done; \
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/ablation --out results --table ablation --recall $$recalls
 

@@ -737,26 +737,25 @@ def check_replay_args(traces: TracesSpec, budget: int, methods: Sequence[str], *
 
 def _benchmark_for(found: TraceSet, benchmark: str | None, methods: Sequence[str],
                    overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """The benchmark benchmark-dependent settings (ACON's thresholds) are chosen for: given, or recorded.
+    """The benchmark the traces come from: given, or the one every file records (our runner's key,
+    a τ² file's domain, a BFCL entry's category); none when they disagree or record none.
 
-    Only looked up in the traces when a method depends on it: the one benchmark every file
-    records (our runner's key, a τ² file's domain, a BFCL entry's category); none when they
-    disagree or record none.
+    Benchmark-dependent settings (ACON's thresholds) are chosen for it, and tables match a replay
+    to its benchmark's runs by this name.
     """
     if benchmark:
         return {"name": benchmark, "from": "argument"}
-    from contextrender.baselines.acon import is_acon_config
-
-    cfgs, _ = method_configs(methods, overrides, None)
-    if not any(is_acon_config(c) for c in cfgs.values()):
-        return {"name": None, "from": "not needed (no method depends on it)"}
     recorded = found.recorded_benchmarks()
     named = sorted(b for b in recorded if b)
     if len(recorded) == 1 and named:
         return {"name": named[0], "from": "traces"}
     if named:
-        log.warning("the trace files record several benchmarks (%s, or none): ACON uses its default thresholds; "
-                    "pass benchmark=/--benchmark to choose", ", ".join(named))
+        from contextrender.baselines.acon import is_acon_config
+
+        cfgs, _ = method_configs(methods, overrides, None)
+        if any(is_acon_config(c) for c in cfgs.values()):
+            log.warning("the trace files record several benchmarks (%s, or none): ACON uses its default "
+                        "thresholds; pass benchmark=/--benchmark to choose", ", ".join(named))
     return {"name": None, "from": "traces record " + ("several: " + ", ".join(named) if named else "none")}
 
 

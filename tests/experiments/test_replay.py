@@ -358,3 +358,19 @@ def test_the_hindsight_ceiling_bounds_the_selectors_and_reaches_what_they_miss(t
     with pytest.raises(ValueError, match="hindsight ceiling"):
         replay(episodes(*FIXTURES), {CEILING_NAME: object()}, 150, tmp_path / "g.sqlite",
                ceiling=HindsightCeiling(embedder=HashingEmbedder(dim=64)))
+
+
+def test_a_replay_names_the_benchmark_its_traces_record(tmp_path):
+    """Even when no method depends on it (no ACON): tables match a replay to its benchmark's runs by it."""
+    from contextrender.experiments.evaluation.replay import replay_traces
+
+    ep = read_traces(FIXTURES[0])
+    path = tmp_path / "runner.jsonl"
+    with open(path, "w", encoding="utf-8") as f:  # what the runner writes: the record key names the benchmark
+        for e in ep:
+            f.write(json.dumps({"task_id": e.task_id, "key": f"oracle|tau2_retail|{e.task_id}|full|2000|abc",
+                                "messages": list(e.messages)}) + "\n")
+    res = replay_traces(path, 300, ["prune"], embedder=HashingEmbedder(dim=64), ceiling=False)
+    assert res.benchmark == {"name": "tau2_retail", "from": "traces"}
+    plain = replay_traces(FIXTURES[0], 300, ["prune"], embedder=HashingEmbedder(dim=64), ceiling=False)
+    assert plain.benchmark["name"] is None and plain.benchmark["from"] == "traces record none"
