@@ -505,7 +505,9 @@ CEILING = "hindsight ceiling"
 CEILING_NOTE = ("hindsight ceiling: not a policy. At each turn it knows which results that turn reuses and shows "
                 "the smallest of them first while they fit, under the same budget scope, verbatim trim and markers "
                 "as the selectors; no selector with that scope covers more reuse events, so ceiling − method is "
-                "what a better selector could still gain on these traces (experiments/evaluation/ceiling.py).")
+                "what a better selector could still gain on these traces (experiments/evaluation/ceiling.py). "
+                "A policy that drops or rewrites user and assistant messages to make room (the trimming and "
+                "summarising peers, ACON) works in a wider scope and can pass it.")
 
 
 def recall_entries(recall: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
