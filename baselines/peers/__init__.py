@@ -1,8 +1,8 @@
 """Peer context strategies: what the agent frameworks our users run do with an overlong history.
 
 Each peer is a :class:`~contextrender.render.ContextPolicy` built from ``conf/method/<name>.yaml``,
-following its upstream project's rule and shipped defaults (``../shared/docs/peers.md``; every
-class docstring names the project, file and defaults, and its deviations):
+following its upstream project's rule and shipped defaults (every class docstring names the
+project, file and defaults, and its deviations):
 
 ====================  ==========================================================================
 policy                upstream

@@ -1,6 +1,6 @@
 """Measures of the failure modes users report, for every method, in replay and in runs (issue 17).
 
-What users of other agent frameworks complain about (``../shared/docs/peers.md``): summaries
+What users of other agent frameworks complain about in those projects' issue trackers: summaries
 drop exact identifiers, agents re-read what a compaction hid, summarising costs a prompt-cache
 miss, and trimming that splits a tool call from its result is rejected by providers. One
 :class:`MeasureTracker` per (episode, method) watches every render and the assistant turn that
