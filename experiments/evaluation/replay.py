@@ -808,9 +808,23 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
     policies, shared = build_policies(methods, overrides, embedder=embedder, compactor=compactor,
                                       benchmark=bench["name"])
     total = found.total_hint()
-    episodes: Iterable[Episode] = found
+    seen: dict[tuple[str, str], str] = {}
+    repeated: list[tuple[str, str, str]] = []
+
+    def watched() -> Iterator[Episode]:
+        # One file holding a task twice (e.g. a runner trace file that two configurations of one
+        # benchmark appended to) is replayed as it is, and said: each occurrence counts.
+        for e in found:
+            key = (e.where.rsplit(":", 1)[0], e.task_id)
+            if key in seen:
+                repeated.append((e.task_id, seen[key], e.where))
+            else:
+                seen[key] = e.where
+            yield e
+
+    episodes: Iterable[Episode] = watched()
     if limit is not None:
-        episodes = _limit(found, int(limit))
+        episodes = _limit(episodes, int(limit))
         total = min(total, int(limit)) if total is not None else None
 
     t0 = time.perf_counter()
@@ -825,6 +839,12 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
                         total=total, progress=progress, skipped=found, prefetch=prefetch, ceiling=bound)
     elapsed = time.perf_counter() - t0
     result.sources, result.benchmark, result.method_settings = found.summary(), bench, settings
+    if repeated:
+        task, first, again = repeated[0]
+        result.sources["repeated_tasks"] = len(repeated)
+        log.warning("%d episodes repeat a task id already read from the same file (e.g. task %s at %s and %s); "
+                    "each occurrence is replayed and counted — a runner trace file that two configurations "
+                    "of one benchmark wrote holds both runs", len(repeated), task, first, again)
     if result.traces == 0:
         where = ", ".join(r["path"] for r in result.sources["files"])
         raise ValueError(f"{where}: no episode was replayed ({result.skipped_lines} malformed records skipped"

@@ -374,3 +374,17 @@ def test_a_replay_names_the_benchmark_its_traces_record(tmp_path):
     assert res.benchmark == {"name": "tau2_retail", "from": "traces"}
     plain = replay_traces(FIXTURES[0], 300, ["prune"], embedder=HashingEmbedder(dim=64), ceiling=False)
     assert plain.benchmark["name"] is None and plain.benchmark["from"] == "traces record none"
+
+
+def test_a_task_read_twice_from_one_file_is_counted_and_said(tmp_path, caplog):
+    from contextrender.experiments.evaluation.replay import replay_traces
+
+    lines = FIXTURES[0].read_text(encoding="utf-8").splitlines(keepends=True)
+    path = tmp_path / "twice.jsonl"
+    path.write_text("".join(lines + lines[:1]), encoding="utf-8")  # the first task again, as a 2nd run appends
+    with caplog.at_level("WARNING"):
+        res = replay_traces(path, 300, ["prune"], embedder=HashingEmbedder(dim=64), ceiling=False)
+    assert res.traces == len(lines) + 1 and res.sources["repeated_tasks"] == 1
+    assert "repeat a task id" in caplog.text and f"{path}:1" in caplog.text
+    once = replay_traces(FIXTURES[0], 300, ["prune"], embedder=HashingEmbedder(dim=64), ceiling=False)
+    assert "repeated_tasks" not in once.sources
