@@ -9,7 +9,7 @@ Trace sets (Full-history transcripts of the offline oracle at B=2000, recorded b
 ``contextrender.experiments.run`` when missing; recall is spec §7's, computed by
 contextrender.experiments.evaluation.replay):
 - ``bfcl``, ``tau2_retail``: results/runs/table1/traces (the Full runs of ``make reproduce-table1``);
-- ``tau2_airline``, ``moqa``: results/runs/fullsets/traces (τ²-airline; moqa8_offline's 10 tasks);
+- ``tau2_airline``, ``moqa``: results/runs/fullsets/traces (τ²-airline's 50 tasks; 200 moqa8_offline tasks);
 - ``synth``: synthetic support/ops-agent transcripts with long-range reuse, generated here
   with a fixed seed (see :func:`synth_episode`). WRITTEN BY THE SAME AUTHOR AS THE METHOD:
   weaker evidence than the recorded sets, reported separately.
@@ -291,10 +291,12 @@ def ensure_traces() -> None:
     the offline oracle's Full-history runs at B=2000 (``contextrender.experiments.run``)."""
     if not (TRACE_SETS["bfcl"].is_file() and TRACE_SETS["tau2_retail"].is_file()):
         # the Full runs of `make reproduce-table1` (BFCL long-context and τ²-retail)
-        _run(["+experiment=table1", "method=full", "budget=2000"])
-    for name, bench in (("tau2_airline", "tau2_airline"), ("moqa", "moqa8_offline")):
+        _run(["+experiment=table1", "method=full", "benchmark=bfcl_multi_turn,tau2_retail", "budget=2000"],
+             multirun=True)
+    for name, extra in (("tau2_airline", ["benchmark=tau2_airline"]),
+                        ("moqa", ["benchmark=moqa8_offline", "benchmark.n_tasks=200"])):
         if not TRACE_SETS[name].is_file():
-            _run(["method=full", f"benchmark={bench}", "budget=2000", "experiment_name=fullsets"])
+            _run(["method=full", *extra, "budget=2000", "experiment_name=fullsets"])
     if not TRACE_SETS["synth"].is_file():
         write_synth(TRACE_SETS["synth"])
 
