@@ -36,6 +36,7 @@ from contextrender.render import (
     first_user,
     fit_verbatim,
     marker_text,
+    require_budget,
     text_message_tokens,
 )
 
@@ -377,6 +378,14 @@ class SummaryPolicy:
         """The state key for ``budget`` and the stored state (None before the first summary)."""
         key = state_key(self.name, budget, self.compactor.name, *self.key_parts())
         return key, load_covered(session, key)
+
+    def start(self, session: Session, budget: int) -> tuple[Scope, str, Covered | None, Rendered | None]:
+        """What every render begins with: the budget checked, the scope, the state key and stored state,
+        and the full history when it still applies (:meth:`shortcut`; None otherwise)."""
+        require_budget(budget)
+        scope = Scope.of(session)
+        key, state = self.load(session, budget)
+        return scope, key, state, self.shortcut(session, scope, budget, state)
 
     def shortcut(self, session: Session, scope: Scope, budget: int, state: Covered | None) -> Rendered | None:
         """The full history unchanged while it fits B and nothing has been summarised yet; else None."""

@@ -36,7 +36,7 @@ from contextrender.baselines._common import SummaryPolicy
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, require_budget
+from contextrender.render import Rendered
 
 SUMMARY_LABEL = ("[Summary of the earlier history of this task, written by the compaction model. "
                  "The messages and tool results it summarises are no longer shown.]")
@@ -52,10 +52,7 @@ class Compact(SummaryPolicy):
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
 
     def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        key, state = self.load(session, budget)
-        full = self.shortcut(session, scope, budget, state)
+        scope, key, state, full = self.start(session, budget)
         if full is not None:
             return full
         # spec §6: when summary + uncovered history exceed B, all of it is compacted (cover to the end).

@@ -32,7 +32,7 @@ from contextrender.baselines._common import Covered, SummaryPolicy, delta, selec
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, fit_verbatim, require_budget
+from contextrender.render import Rendered, fit_verbatim
 
 SUMMARY_LABEL = ("[Summary of older tool results, written by the compaction model. Their full text was "
                  "evicted to fit the context budget; their calls remain below, marked as omitted.]")
@@ -49,10 +49,7 @@ class RecencySummary(SummaryPolicy):
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
 
     def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        key, state = self.load(session, budget)  # here ``upto`` is the eviction boundary over result seqs
-        full = self.shortcut(session, scope, budget, state)
+        scope, key, state, full = self.start(session, budget)  # here ``upto`` is the eviction boundary over result seqs
         if full is not None:
             return full
 

@@ -249,10 +249,7 @@ class _Condenser(SummaryPolicy):
         return layout_tokens(session, [*head, *window], {}) + s_tok
 
     def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        key, state = self.load(session, budget)
-        full = self.shortcut(session, scope, budget, state)
+        scope, key, state, full = self.start(session, budget)
         if full is not None:
             return full
         head, head_events, head_end = self.head(session, scope)

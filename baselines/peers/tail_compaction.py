@@ -13,7 +13,7 @@ from contextrender.baselines.peers._shared import (
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, marker_text, require_budget
+from contextrender.render import Rendered, Scope, marker_text
 
 SUMMARY_LABEL = ("[Summary of the conversation before the messages that follow, written by the compaction "
                  "model when the context was compacted]")
@@ -170,10 +170,7 @@ class TailCompaction(SummaryPolicy):
         return Inserted(state.upto, msg, tok)  # before the tail (opencode), after the kept users (Codex)
 
     def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        key, state = self.load(session, budget)
-        full = self.shortcut(session, scope, budget, state)
+        scope, key, state, full = self.start(session, budget)
         if full is not None:
             return full
         usage = Usage()

@@ -10,6 +10,7 @@ happened) catches them and returns an outcome with that status.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,3 +40,17 @@ class Benchmark(Protocol):
     def tasks(self) -> list[Any]: ...
 
     def run_episode(self, task: Any, episode: Episode) -> EpisodeOutcome: ...
+
+
+def decode_arguments(raw: Any, error_prefix: str = "Error") -> dict[str, Any] | str:
+    """A tool call's JSON-decoded arguments (empty: ``{}``), or the error text the model is told,
+    starting with the benchmark's own ``error_prefix``."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except json.JSONDecodeError as e:
+        return f"{error_prefix}: could not decode the arguments as JSON: {e}"
+    if not isinstance(value, dict):
+        return f"{error_prefix}: arguments must be a JSON object, got {type(value).__name__}"
+    return value

@@ -10,11 +10,12 @@ what any selector could still gain on a trace set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from contextrender.experiments.evaluation.recall import reuse_events
+from contextrender.experiments.evaluation.recall import Event, reuse_events
 from contextrender.experiments.evaluation.traces import Episode
 from contextrender.graph import Session
 from contextrender.scoring import Weights
@@ -53,9 +54,10 @@ class HindsightCeiling(ContextRender):
                          chooser=self.hindsight,
                          name=name)
 
-    def prepare_episode(self, episode: Episode) -> None:
-        """Learn the episode's reuse events before it is replayed (replay calls this per episode)."""
-        self.future = reuse_by_turn(episode)
+    def prepare_episode(self, episode: Episode, events: Sequence[Event] | None = None) -> None:
+        """Learn the episode's reuse events (``events``: already computed) before it is replayed;
+        replay calls this per episode."""
+        self.future = reuse_by_turn(episode, events)
 
     @property
     def future(self) -> dict[int, set[int]]:
@@ -66,10 +68,11 @@ class HindsightCeiling(ContextRender):
         self.hindsight.future = value
 
 
-def reuse_by_turn(episode: Episode) -> dict[int, set[int]]:
-    """Transcript index of each assistant turn -> the result seqs it reuses (spec §7 events)."""
+def reuse_by_turn(episode: Episode, events: Sequence[Event] | None = None) -> dict[int, set[int]]:
+    """Transcript index of each assistant turn -> the result seqs it reuses (spec §7 events;
+    ``events``: the episode's, when the caller has them)."""
     future: dict[int, set[int]] = {}
-    for e in reuse_events(list(episode.messages)):
+    for e in reuse_events(list(episode.messages)) if events is None else events:
         future.setdefault(episode.assistant_indices[e.j], set()).add(e.result_seq)
     return future
 

@@ -461,7 +461,7 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         t0 = time.perf_counter()
         prepare = getattr(policy, "prepare_episode", None)
         if prepare is not None:  # the hindsight ceiling learns this episode's reuse events first
-            prepare(episode)
+            prepare(episode, events)
         session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
         tracker = MeasureTracker(counter)
         visible: dict[int, frozenset[int]] = {}

@@ -47,7 +47,7 @@ from contextrender import offline
 from contextrender.compaction import make_compactor
 from contextrender.embed import make_embedder
 from contextrender.experiments import catalogue
-from contextrender.experiments.evaluation.ceiling import HindsightCeiling, reuse_by_turn
+from contextrender.experiments.evaluation.ceiling import HindsightCeiling
 from contextrender.experiments.evaluation.recall import AGE_BINS
 from contextrender.experiments.evaluation.replay import (
     MemoCompactor,
@@ -340,24 +340,17 @@ def run_replay(specs: Mapping[str, tuple[str, Mapping[str, Any]]], episodes: Seq
                budget: int, *, with_ceilings: bool = False) -> ReplayResult:
     """Replay ``episodes`` through the specs with the harness's offline defaults: hashing-256
     embeddings and the extractive compactor (the compaction baselines' summariser and every
-    ContextRender variant's oversized-result fallback). ``with_ceilings`` adds the two
-    :class:`HindsightCeiling` bounds (named as in :data:`CEILINGS`) to the same pass."""
+    ContextRender variant's oversized-result fallback). ``with_ceilings`` adds the
+    :class:`HindsightCeiling` (named as in :data:`CEILINGS`) to the same pass."""
     emb = _embedder()
     comp = MemoCompactor(make_compactor("extractive"))
     policies = build(specs, emb, comp)
     bounds = {name: HindsightCeiling(embedder=emb) for name in CEILINGS
               } if with_ceilings else {}
-    policies.update(bounds)
-
-    def watched() -> Iterable[Episode]:
-        for ep in episodes:  # the ceilings learn each episode's reuse events before it is replayed
-            future = reuse_by_turn(ep)
-            for bound in bounds.values():
-                bound.future = future
-            yield ep
+    policies.update(bounds)  # replay hands each one the episode's reuse events first (prepare_episode)
 
     with tempfile.TemporaryDirectory(prefix="cr-plus-") as tmp:
-        return replay(watched(), policies, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, comp),
+        return replay(episodes, policies, budget, os.path.join(tmp, "g.sqlite"), shared=Shared(emb, comp),
                       progress=False)
 
 

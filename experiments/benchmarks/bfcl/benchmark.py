@@ -26,11 +26,10 @@ result per call id) and the turn ends.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from contextrender.experiments.benchmarks.base import EpisodeOutcome
+from contextrender.experiments.benchmarks.base import EpisodeOutcome, decode_arguments
 from contextrender.experiments.benchmarks.bfcl.backend import BFCLEnvironment
 from contextrender.experiments.benchmarks.bfcl.checker import BFCLChecker, TurnCheck
 from contextrender.experiments.benchmarks.bfcl.data import CATEGORIES, BFCLTask, load_tasks, tools_openai
@@ -41,19 +40,6 @@ __all__ = ["BFCLMultiTurn", "BAD_ARGUMENTS_MODES"]
 BAD_ARGUMENTS_MODES = ("error_result", "end_turn")
 _MAX_DIFFS_IN_EXTRA = 5
 _MAX_DIFF_CHARS = 300
-
-
-def _decode_arguments(raw: Any) -> dict[str, Any] | str:
-    """JSON-decoded arguments, or an error string as the model would be told."""
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except json.JSONDecodeError as e:
-        return f"Error during execution: could not decode the arguments as JSON: {e}"
-    if not isinstance(value, dict):
-        return f"Error during execution: arguments must be a JSON object, got {type(value).__name__}"
-    return value
 
 
 @dataclass
@@ -145,7 +131,7 @@ class BFCLMultiTurn:
             calls = message.get("tool_calls") or []
             if not calls:
                 return
-            decoded = [_decode_arguments(tc["function"].get("arguments")) for tc in calls]
+            decoded = [decode_arguments(tc["function"].get("arguments"), "Error during execution") for tc in calls]
             end_turn = self.bad_arguments == "end_turn" and any(isinstance(a, str) for a in decoded)
             for tc, arguments in zip(calls, decoded, strict=True):
                 if end_turn:

@@ -38,12 +38,11 @@ and its evaluator replays every call it is given.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from contextrender.experiments.benchmarks.base import EpisodeOutcome
+from contextrender.experiments.benchmarks.base import EpisodeOutcome, decode_arguments
 from contextrender.experiments.benchmarks.tau2.environment import (
     DOMAINS,
     OfflineUser,
@@ -65,16 +64,6 @@ __all__ = ["Tau2Bench"]
 
 _MAX_HIDDEN_IN_EXTRA = 20
 USERS = ("auto", "offline", "simulator")
-
-
-def _decode(raw: Any) -> dict[str, Any] | str:
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except json.JSONDecodeError as e:
-        return f"Error: could not decode the arguments as JSON: {e}"
-    return value if isinstance(value, dict) else f"Error: arguments must be a JSON object, got {type(value).__name__}"
 
 
 def _chars(m: dict[str, Any]) -> int:
@@ -245,7 +234,7 @@ class Tau2Bench:
                     continue
                 executed, results = [], []
                 for tc in calls:
-                    args = _decode(tc["function"].get("arguments"))
+                    args = decode_arguments(tc["function"].get("arguments"), "Error")
                     if isinstance(args, str):
                         results.append((tc["id"], args, None))
                         continue

@@ -145,19 +145,22 @@ def _user_from_opening(opening: str, users: Any, name_zip: Any) -> str | None:
     return None
 
 
-# -- retail -----------------------------------------------------------------------------
-
-def _retail_user(task: Tau2Task, db: Any, actions: list[Any]) -> str | None:
+def _task_user(task: Tau2Task, db: Any, actions: list[Any]) -> str | None:
+    """The task's user: named by a reference action, owning the order (retail) or reservation
+    (airline) an action names, or described in the opening message."""
+    ref_key, refs = ("order_id", db.orders) if task.domain == "retail" else ("reservation_id", db.reservations)
     for a in actions:
         if isinstance(a.arguments.get("user_id"), str) and a.arguments["user_id"] in db.users:
             return a.arguments["user_id"]
     for a in actions:
-        o = a.arguments.get("order_id")
-        if isinstance(o, str) and o in db.orders:
-            return db.orders[o].user_id
+        ref = a.arguments.get(ref_key)
+        if isinstance(ref, str) and ref in refs:
+            return refs[ref].user_id
     return _user_from_opening(task.opening, db.users,
                               lambda u: (u.name.first_name, u.name.last_name, u.email, u.address.zip))
 
+
+# -- retail -----------------------------------------------------------------------------
 
 def _retail_identify(task: Tau2Task, db: Any, uid: str) -> Step:
     u = db.users[uid]
@@ -185,18 +188,6 @@ def _retail_lookups(task: Tau2Task, db: Any, uid: str, actions: list[Any]) -> li
 
 
 # -- airline ----------------------------------------------------------------------------
-
-def _airline_user(task: Tau2Task, db: Any, actions: list[Any]) -> str | None:
-    for a in actions:
-        if isinstance(a.arguments.get("user_id"), str) and a.arguments["user_id"] in db.users:
-            return a.arguments["user_id"]
-    for a in actions:
-        r = a.arguments.get("reservation_id")
-        if isinstance(r, str) and r in db.reservations:
-            return db.reservations[r].user_id
-    return _user_from_opening(task.opening, db.users,
-                              lambda u: (u.name.first_name, u.name.last_name, u.email, u.address.zip))
-
 
 def _legs(flights: list[tuple[str, str]], db: Any, destination: str, flight_type: str) -> list[list[tuple[str, str]]]:
     """Split a reservation's flights into the outbound leg and (round trips) the return leg."""
@@ -266,7 +257,7 @@ def build_script(task: Tau2Task) -> Script:
             lead += 1
     head = [Step(a.name, dict(a.arguments), "reference") for a in actions[:lead]]
     rest = actions[lead:]
-    uid = (_retail_user if task.domain == "retail" else _airline_user)(task, db, actions)
+    uid = _task_user(task, db, actions)
     lookups: list[Step] = []
     if uid is not None:
         if task.domain == "retail":
