@@ -17,6 +17,11 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   of the bare marker. Stubs are charged to B and are placed only in the budget
   left after full results are chosen (most useful first), so they never
   displace a full result. A stub is NOT a visible result (spec §7).
+- ``tabular``: an omitted JSON result is shown in its tabular form
+  (:mod:`contextrender.tabular`: every key and value, keys written once per table
+  of same-shaped records — a product's variants in 0.44 of the tokens) when that fits
+  the budget left after the full results; placed like stubs, before any lossy form
+  (compacted, stub). Not the original text, so NOT a visible result (spec §7).
 - ``lexical`` (W_lex): a fourth usefulness term W_lex·(1 − exp(−k)), k = number
   of the result's qualifying values that occur as whole tokens (TFA matching)
   in the current user message or the latest rendered assistant message.
@@ -59,6 +64,7 @@ from contextrender.events import Usage
 from contextrender.graph import Session
 from contextrender.render import focus_text, marker_text, text_message_tokens
 from contextrender.selector import Choice, ContextRender, FillRoom, Stage, greedy
+from contextrender.tabular import tabulate
 from contextrender.tfa import match_tokens
 
 
@@ -66,7 +72,7 @@ class ContextRenderPlus(ContextRender):
     """ContextRender with lexical relevance, packing, stubs and compacted omitted results — each a
     switch (see the module docstring)."""
 
-    def __init__(self, *, packing: bool = True, stubs: bool = True, lexical: float = 1.0,
+    def __init__(self, *, packing: bool = True, stubs: bool = True, tabular: bool = True, lexical: float = 1.0,
                  compact_omitted: bool = True, stub_max_values: int = 12,
                  tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
                  prior_default: float = 0.0, session_prior: float = 0.0,
@@ -76,6 +82,7 @@ class ContextRenderPlus(ContextRender):
             raise ValueError(f"stub_max_values must be ≥ 0, got {stub_max_values}")
         self.packing = bool(packing)
         self.stubs = bool(stubs)
+        self.tabular = bool(tabular)
         self.lexical = float(lexical)
         self.compact_omitted = bool(compact_omitted)
         self.stub_max_values = int(stub_max_values)
@@ -85,6 +92,7 @@ class ContextRenderPlus(ContextRender):
         self.session_prior = float(session_prior)
         self.prior_min_age = int(prior_min_age)
         self._values: dict[tuple[str, int], tuple[str, ...]] = {}
+        self._tables: dict[tuple[str, int], str | None] = {}
         terms = []
         if self.lexical != 0.0:
             terms.append(self._lexical_term)
@@ -93,7 +101,7 @@ class ContextRenderPlus(ContextRender):
         # embedder/compactor named explicitly: build_policy injects runtime objects by signature.
         super().__init__(name=name, embedder=embedder, compactor=compactor, terms=tuple(terms),
                          chooser=self._packing_chooser if self.packing else None,
-                         filler=self._fill_omitted if (self.stubs or self.compact_omitted) else None, **kwargs)
+                         filler=self._fill_omitted if (self.stubs or self.tabular or self.compact_omitted) else None, **kwargs)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -106,6 +114,15 @@ class ContextRenderPlus(ContextRender):
             vals = tuple(sorted(session.result_values(seq), key=lambda v: (content.find(v), v)))
             self._values[key] = vals
         return vals
+
+    def tabular_text(self, session: Session, seq: int) -> str | None:
+        """The result's tabular form (cached), or None when it is not JSON or not shorter than the original."""
+        key = (session.id, seq)
+        if key not in self._tables:
+            content = session.message(seq).content
+            form = tabulate(content)
+            self._tables[key] = form if form is not None and session.counter.text(form) < session.counter.text(content) else None
+        return self._tables[key]
 
     def stub_text(self, session: Session, seq: int) -> str:
         """The omission marker plus up to ``stub_max_values`` qualifying values."""
@@ -166,13 +183,14 @@ class ContextRenderPlus(ContextRender):
         return dense if dense.total > plain.total + 1e-12 else plain
 
     def _fill_omitted(self, room: FillRoom) -> tuple[dict[int, tuple[str, str]], Usage]:
-        """Stubs and compacted forms in the budget left after the full results, most useful omitted first:
-        a large result gets its compacted form when that fits, any other omitted one its stub."""
+        """Tabular forms, compacted forms and stubs in the budget left after the full results, most useful
+        omitted first: each omitted result gets the first of these that fits — its tabular form (lossless),
+        its compacted form (a result larger than the oversized cap), its stub."""
         st, session, budget = room.stage, room.session, room.budget
         compact = self.compact_omitted and self.compactor is not None
         out: dict[int, tuple[str, str]] = {}
         usage = Usage()
-        if not (self.stubs or compact):
+        if not (self.stubs or self.tabular or compact):
             return out, usage
         current = room.current
         cap = max(1, int(self.oversized_share * budget))
@@ -182,6 +200,8 @@ class ContextRenderPlus(ContextRender):
             seq = st.results[i]
             now = int(st.marker_cost[i])
             options: list[tuple[str, str]] = []
+            if self.tabular and (form := self.tabular_text(session, seq)) is not None:
+                options.append((form, "tabular"))
             if compact and int(st.arrays.ntok[i]) > cap:
                 if i in st.compacted:  # oversized: already compacted by the fallback (spec §5 step 5)
                     options.append((st.compacted[i], "compacted"))

@@ -36,7 +36,7 @@ from contextrender.recall import reuse_events
 from contextrender.render import Rendered, Scope, marker_text
 
 #: State codes in :attr:`ViewData.states` (one character per result per invocation).
-STATE_CODES = {"full": "F", "compacted": "C", "omitted": "O", "stub": "S", "not rendered": "N", "later": "-"}
+STATE_CODES = {"full": "F", "compacted": "C", "omitted": "O", "stub": "S", "tabular": "T", "not rendered": "N", "later": "-"}
 #: Placeholders the peer policies write for a result they hide (contextrender.baselines.peers).
 _PLACEHOLDERS = re.compile(r"^(<MASKED>|\(Tool result removed\)|\[cleared\]|\[Old tool result content cleared\]|"
                            r"Old environment output: \(\d+ lines omitted\)|\[omitted\])$")

@@ -5,7 +5,7 @@
   "use strict";
   var D = JSON.parse(document.getElementById("cr-data").textContent);
   var PREVIEW = 200, PREVIEW_LINES = 3;
-  var NAMES = {F: "full", C: "compacted", O: "omitted", S: "stub", N: "not rendered", "-": "later"};
+  var NAMES = {F: "full", C: "compacted", O: "omitted", S: "stub", T: "tabular", N: "not rendered", "-": "later"};
   var REASONS = {p: "picked", n: "not a candidate", f: "did not fit"};
   var bySeq = {}, resultIndex = {}, toolNames = {};
   D.messages.forEach(function (m) { bySeq[m.seq] = m; });
@@ -59,7 +59,7 @@
   checkbox("recall events", state.recall, function (v) { state.recall = v; drawEdges(); }, "show-recall");
   checkbox("collapse long messages", state.collapse, function (v) { state.collapse = v; renderTexts(); drawEdges(); }, "collapse");
   var legend = el("span", {"class": "legend"});
-  ["F", "C", "S", "O", "N"].forEach(function (c) { var s = el("span"); s.appendChild(el("i", {"class": "s-" + c}, c)); s.appendChild(document.createTextNode(" " + NAMES[c])); legend.appendChild(s); });
+  ["F", "T", "C", "S", "O", "N"].forEach(function (c) { var s = el("span"); s.appendChild(el("i", {"class": "s-" + c}, c)); s.appendChild(document.createTextNode(" " + NAMES[c])); legend.appendChild(s); });
   controls.appendChild(legend);
 
   // -- the timeline ------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     make plus  (= python -m contextrender.experiments.studies.plus)   # every stage
     python -m contextrender.experiments.studies.plus --stage fit      # traces, split, fit on TRAIN only
+    python -m contextrender.experiments.studies.plus --stage select   # prior_min_age: TRAIN recall + TRAIN task ids
     python -m contextrender.experiments.studies.plus --stage eval     # recall on held-out traces + ceiling
     python -m contextrender.experiments.studies.plus --stage oracle   # oracle task score, BFCL / τ² at B=2000
 
@@ -18,8 +19,10 @@ Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50)
 τ²-airline, an evaluation-only domain reported whole. The per-tool reuse prior and the grid
 (W_prior, W_lex) are fitted on the TRAIN halves of :data:`FIT_SETS` only (BFCL, τ²-retail,
 synth); the fitted values are carried by conf/method/contextrender_plus.yaml (the eval stage
-refuses to run if it differs from results/plus/fit.json). Held-out traces are replayed once,
-after fitting, with one ablation per switch.
+refuses to run if it differs from results/plus/fit.json). ``prior_min_age`` is then chosen with
+the fitted values fixed (:func:`select_min_age`): the largest TRAIN recall among the choices whose
+oracle pass^1 on τ²-retail's TRAIN task ids is not below contextrender's. Held-out traces are
+replayed once, after fitting, with one ablation per switch.
 
 Each replay also reports the hindsight ceiling (:class:`HindsightCeiling`, not a policy): the
 most reused results any selector with the same scope, verbatim trim and markers could have
@@ -436,14 +439,18 @@ def fit(split: Mapping[str, Mapping[str, Sequence[Episode]]], rounds: int = 1) -
 # -- evaluation (TEST only) ------------------------------------------------------------------
 
 def eval_specs() -> dict[str, tuple[str, dict[str, Any]]]:
-    """contextrender_plus as configured (conf/method/contextrender_plus.yaml), one ablation per switch,
-    every switch off, and contextrender."""
-    off = {"packing": False, "stubs": False, "lexical": 0.0, "compact_omitted": False, "prior_weight": 0.0,
-           "session_prior": 0.0}
+    """contextrender_plus as configured (conf/method/contextrender_plus.yaml), one ablation per switch
+    that can change which results are shown, the other prior_min_age choices, every switch off, and
+    contextrender. (tabular, stubs and compact_omitted fill only the budget left after the full results:
+    they never change recall, so their ablations are oracle rows.)"""
+    off = {"packing": False, "stubs": False, "tabular": False, "lexical": 0.0, "compact_omitted": False,
+           "prior_weight": 0.0, "session_prior": 0.0}
+    age = int(method_config("contextrender_plus").get("prior_min_age", 0))
+    ages = {f"plus, prior_min_age {a}": ("contextrender_plus", {"prior_min_age": a}) for a in AGE_CHOICES if a != age}
     return {
         "contextrender_plus": ("contextrender_plus", {}),
         "plus −prior (fitted and session)": ("contextrender_plus", {"prior_weight": 0.0, "session_prior": 0.0}),
-        "plus, prior on every age (prior_min_age 0)": ("contextrender_plus", {"prior_min_age": 0}),
+        **ages,
         "plus −lexical": ("contextrender_plus", {"lexical": 0.0}),
         "plus −packing": ("contextrender_plus", {"packing": False}),
         "plus −fit (paper λ,γ,W)": ("contextrender_plus", dict(PAPER_FLAT)),
@@ -463,6 +470,8 @@ def check_config(fitted: Mapping[str, Any]) -> None:
     diffs = [k for k in set(have) | set(want) if abs(have.get(k, -1.0) - want.get(k, -1.0)) > 1e-9]
     other = {k: (cfg.get(k), v) for k, v in {**fitted["params"], "prior_default": fitted["prior_default"]}.items()
              if abs(float(cfg.get(k)) - float(v)) > 1e-9}
+    if "prior_min_age" in fitted and int(cfg.get("prior_min_age")) != int(fitted["prior_min_age"]):
+        other["prior_min_age"] = (cfg.get("prior_min_age"), fitted["prior_min_age"])
     if diffs or other:
         raise SystemExit(f"conf/method/contextrender_plus.yaml differs from results/plus/fit.json "
                          f"(tool_prior keys {sorted(diffs)[:5]}, params {other}): copy the fitted values")
@@ -530,23 +539,28 @@ def code_key(method: str) -> str:
 
 
 #: Oracle ablations of contextrender_plus: the prior (what changes which results are shown) and the
-#: context-only switches (stubs, compacted omitted results: they never change recall).
+#: context-only switches (tabular forms, stubs, compacted omitted results: they never change recall).
 ORACLE_ABLATIONS = {"plus −prior": ("contextrender_plus", ("method.prior_weight=0", "method.session_prior=0")),
-                    "plus −stubs −compact omitted": ("contextrender_plus",
-                                                     ("method.compact_omitted=false", "method.stubs=false")),
-                    "plus, prior on every age": ("contextrender_plus", ("method.prior_min_age=0",))}
+                    "plus −tabular": ("contextrender_plus", ("method.tabular=false",)),
+                    "plus −tabular −stubs −compact omitted": ("contextrender_plus", (
+                        "method.tabular=false", "method.compact_omitted=false", "method.stubs=false"))}
+#: The oracle benchmark whose TRAIN task ids choose prior_min_age (the task-score constraint), and the
+#: trace set whose split (is_train of "set:task id") those ids follow.
+AGE_BENCH, AGE_SET = "tau2_retail", "tau2_retail"
+AGE_CHOICES = (0, 1, 2, 3)
 
 
 def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORACLE_BUDGETS,
            ablations: Mapping[str, tuple[str, Sequence[str]]] = ORACLE_ABLATIONS,
-           workers: int = 2) -> dict[str, Any]:
-    """Oracle task score of every method (and ablation) at every budget on both offline
-    benchmarks (Hydra multirun over the budgets, one process per benchmark and row, ``workers``
-    at a time)."""
+           workers: int = 2, benches: Sequence[str] | None = None) -> dict[str, Any]:
+    """Oracle task score of every method (and ablation) at every budget on the offline benchmarks
+    (Hydra multirun over the budgets, one process per benchmark and row, ``workers`` at a time).
+    On :data:`AGE_BENCH` the mean over its TRAIN and TEST task ids is reported too."""
     from concurrent.futures import ThreadPoolExecutor
 
+    benches = list(ORACLE_BENCHES) if benches is None else list(benches)
     rows = {m: (m, ()) for m in methods} | dict(ablations)
-    jobs = [(bench, label) for bench in ORACLE_BENCHES for label in rows]
+    jobs = [(bench, label) for bench in benches for label in rows]
     tags = {label: code_key(m) + (("-" + hashlib.sha256("\n".join(over).encode()).hexdigest()[:6]) if over else "")
             for label, (m, over) in rows.items()}
     run_dir = {(bench, label): OUT / "runs" / f"oracle_{bench}" / f"{rows[label][0]}-{tags[label]}"
@@ -570,10 +584,38 @@ def oracle(methods: Sequence[str] = ORACLE_METHODS, budgets: Sequence[int] = ORA
             recs = []
             for p in (run_dir[(bench, label)] / "records").glob(f"*__{m}__B{b}.jsonl"):
                 recs += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-            vals = [float((r.get("score") or {}).get(key, 0.0) or 0.0) for r in recs]  # failures score 0
-            out.setdefault(bench, {}).setdefault(label, {})[str(b)] = {
-                "tasks": len(recs), "mean": 100 * float(np.mean(vals)) if vals else None, "metric": key}
+            score = {str(r["task"]): float((r.get("score") or {}).get(key, 0.0) or 0.0) for r in recs}  # failures 0
+            cell: dict[str, Any] = {"tasks": len(recs), "metric": key,
+                                    "mean": 100 * float(np.mean(list(score.values()))) if score else None}
+            if bench == AGE_BENCH:
+                for part, want in (("train", True), ("test", False)):
+                    vals = [v for t, v in score.items() if is_train(f"{AGE_SET}:{t}") == want]
+                    cell[f"{part}_tasks"] = len(vals)
+                    cell[f"{part}_mean"] = 100 * float(np.mean(vals)) if vals else None
+            out.setdefault(bench, {}).setdefault(label, {})[str(b)] = cell
     return out
+
+
+def select_min_age(split: Mapping[str, Mapping[str, Sequence[Episode]]], budget: int = 2000) -> dict[str, Any]:
+    """prior_min_age, chosen on TRAIN data only: the choice with the largest train recall (FIT_SETS'
+    train halves) among those whose oracle pass^1 on :data:`AGE_BENCH`'s TRAIN task ids is not below
+    contextrender's (ties: the smaller age). Reads the rest of the configuration from the method yaml."""
+    labels = {a: f"plus, prior_min_age {a}" for a in AGE_CHOICES}
+    orc = oracle(methods=("contextrender",), budgets=(budget,), benches=(AGE_BENCH,),
+                 ablations={labels[a]: ("contextrender_plus", (f"method.prior_min_age={a}",)) for a in AGE_CHOICES})
+    task = {label: v[str(budget)]["train_mean"] for label, v in orc[AGE_BENCH].items()}
+    recall = _objective({labels[a]: ("contextrender_plus", {"prior_min_age": a}) for a in AGE_CHOICES},
+                        {k: split[k]["train"] for k in FIT_SETS})
+    floor = task["contextrender"]
+    allowed = [a for a in AGE_CHOICES if task[labels[a]] >= floor - 1e-9]
+    if not allowed:
+        raise SystemExit(f"no prior_min_age in {AGE_CHOICES} keeps the train task score ({task}) at contextrender's")
+    best = max(allowed, key=lambda a: (round(recall[labels[a]]["mean"], 6), -a))
+    log.info("prior_min_age %d (train task score %s, train recall %s)", best, task,
+             {a: round(recall[labels[a]]["mean"], 2) for a in AGE_CHOICES})
+    return {"prior_min_age": best, "budget": budget, "task_score_bench": AGE_BENCH,
+            "train_task_score": task, "train_recall": {labels[a]: recall[labels[a]] for a in AGE_CHOICES},
+            "train_tasks": orc[AGE_BENCH]["contextrender"][str(budget)]["train_tasks"]}
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -779,7 +821,7 @@ def plot(evald: Mapping[str, Any], orc: Mapping[str, Any] | None, path: Path) ->
 def main(argv: Sequence[str] | None = None) -> None:
     offline.enable()
     ap = argparse.ArgumentParser()
-    ap.add_argument("--stage", choices=["all", "fit", "eval", "oracle", "report"], default="all")
+    ap.add_argument("--stage", choices=["all", "fit", "select", "eval", "oracle", "report"], default="all")
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -790,6 +832,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if a.stage in ("all", "fit"):
         write_json(OUT / "fit.json", fit(split, a.rounds))
     fitted = json.loads((OUT / "fit.json").read_text())
+    if a.stage in ("all", "select"):
+        check_config({k: v for k, v in fitted.items() if k != "prior_min_age"})
+        fitted = {**fitted, **select_min_age(split)}
+        write_json(OUT / "fit.json", fitted)
     if a.stage in ("all", "eval"):
         check_config(fitted)
         write_json(OUT / "plus_recall.json", evaluate(split))

@@ -82,7 +82,7 @@ def test_never_above_budget(sizes, reuse, follow_up, budget, packing, stubs, lex
 def test_switches_off_is_contextrender(sizes, reuse, budget):
     """Documented baseline: every switch off is ContextRender with the same parameters."""
     msgs = _transcript(sizes, reuse, None)
-    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, lexical=0.0, prior_weight=0.0,
+    a = ContextRenderPlus(embedder=EMB, packing=False, stubs=False, tabular=False, lexical=0.0, prior_weight=0.0,
                           session_prior=0.0, prior_min_age=2, tool_prior={"get": 0.9}, compact_omitted=False, compactor=ExtractiveCompactor(),
                           lam=0.2, gamma=0.5)
     b = ContextRender(embedder=EMB, compactor=ExtractiveCompactor(), lam=0.2, gamma=0.5)
@@ -134,6 +134,56 @@ def test_large_omitted_result_keeps_a_compacted_form():
     assert on.tokens <= budget and _recount(session, on) == on.tokens
     off_body = next(m["content"] for m in off.messages if m.get("tool_call_id") == "c1")
     assert "acct_7000" not in off_body
+
+
+def _catalogue_transcript(n_products: int) -> list[dict[str, Any]]:
+    """A user record, then product catalogues (JSON, 12 variants each): the shape of τ²-retail's results."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"},
+                                  {"role": "user", "content": "Exchange my keyboard for a tactile one."}]
+    results = [json.dumps({"user_id": "yusuf_rossi_9620", "orders": ["#W2378156"]})]
+    for p in range(n_products):
+        results.append(json.dumps({"name": f"Product {p}", "product_id": str(1656367028 + p), "variants": {
+            str(9690244451 + 100 * p + k): {"item_id": str(9690244451 + 100 * p + k),
+                                            "options": {"switch type": "tactile", "size": f"{60 + k}%"},
+                                            "available": True, "price": 200.5 + k} for k in range(12)}}))
+    for i, content in enumerate(results):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "get", "arguments": json.dumps({"i": i})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": content})
+    return msgs
+
+
+def test_an_omitted_json_result_keeps_its_tabular_form():
+    """Two catalogues that cannot both be shown whole: the omitted one keeps every item id in its tabular
+    form (lossless), which is not a visible result, and the full results are the same as without it."""
+    from contextrender.tabular import tabulate, untabulate
+
+    msgs = _catalogue_transcript(2)
+    session = _session(msgs, "t")
+    one = session.counter.text(msgs[5]["content"])
+    budget = one + session.counter.text(tabulate(msgs[5]["content"]) or "") + 120
+    kw = {"embedder": EMB, "stubs": False, "lexical": 0.0, "compact_omitted": False}
+    on = ContextRenderPlus(tabular=True, **kw).render(session, budget)
+    off = ContextRenderPlus(tabular=False, **kw).render(_session(msgs, "t_off"), budget)
+    assert on.visible == off.visible and len(on.visible) < 3
+    tab = [m for m in on.messages if m["role"] == "tool" and m["content"] == tabulate(
+        next(x["content"] for x in msgs if x.get("tool_call_id") == m["tool_call_id"]))]
+    assert len(tab) == 1
+    seq = next(s for s in (x.seq for x in session.results) if session.result(s).call_id == tab[0]["tool_call_id"])
+    assert seq not in on.visible
+    assert untabulate(tab[0]["content"]) == json.loads(session.message(seq).content)
+    assert on.tokens <= budget and _recount(session, on) == on.tokens
+    assert all("9690244" not in m["content"] or m["content"] == session.message(
+        next(s for s in off.visible if session.result(s).call_id == m["tool_call_id"])).content
+        for m in off.messages if m["role"] == "tool")  # without the switch the hidden ids are gone
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 4), budget=st.integers(20, 3000), tabular=st.booleans(), stubs=st.booleans())
+def test_tabular_forms_never_exceed_the_budget(n, budget, tabular, stubs):
+    session = _session(_catalogue_transcript(n), f"p{n}-{budget}")
+    r = ContextRenderPlus(embedder=EMB, tabular=tabular, stubs=stubs).render(session, budget)
+    assert r.tokens <= budget and _recount(session, r) == r.tokens
 
 
 def test_config_instantiates():
