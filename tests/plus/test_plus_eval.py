@@ -61,6 +61,22 @@ def test_evaluate_report_and_plot(episodes, tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 10_000
 
 
+def _row(cr: float, plus: float, ceiling: float) -> dict:
+    ms = {"contextrender": {"recall": cr}, "contextrender_plus": {"recall": plus, "over_budget_renders": 0},
+          pe.CEILINGS[0]: {"recall": ceiling}}
+    return {"2000": {"traces": 1, "events": 10, "methods": ms}}
+
+
+def test_verdict_names_each_set_by_the_measured_gap():
+    evald = {"a": _row(90.0, 99.0, 100.0), "b": _row(80.0, 85.0, 90.0), "c": _row(97.0, 97.0, 97.0)}
+    orc = {"bench": {"contextrender": {"2000": {"mean": 80.0}}, "contextrender_plus": {"2000": {"mean": 75.0}}}}
+    v = pe.verdict(evald, orc)
+    assert "met on a 90 % and NOT met on b 50 %" in v and "no gap on c" in v
+    assert "bench 75.0 vs 80.0 (BELOW)" in v
+    assert pe.verdict({"a": _row(90.0, 99.0, 100.0)}, None).startswith(
+        "- Verdict: the 80 % target is met on every held-out set with a gap")
+
+
 def test_gap_covered():
     assert pe.gap_covered(95.0, 90.0, 100.0) == 50.0
     assert pe.gap_covered(97.0, 97.0, 97.0) is None  # no gap: contextrender already is at the ceiling
