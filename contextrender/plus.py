@@ -54,6 +54,7 @@ Postcondition as in the paper: Tok(H_t) ≤ B, checked on what was assembled.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +67,15 @@ from contextrender.render import focus_text, marker_text, text_message_tokens
 from contextrender.selector import Choice, ContextRender, FillRoom, Stage, greedy
 from contextrender.tabular import tabulate
 from contextrender.tfa import match_tokens
+
+#: Entries each per-result cache of a policy keeps (least recently added dropped first).
+CACHE_SIZE = 4096
+
+
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    if len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
 
 
 class ContextRenderPlus(ContextRender):
@@ -91,8 +101,9 @@ class ContextRenderPlus(ContextRender):
         self.prior_default = float(prior_default)
         self.session_prior = float(session_prior)
         self.prior_min_age = int(prior_min_age)
-        self._values: dict[tuple[str, int], tuple[str, ...]] = {}
-        self._tables: dict[tuple[str, int], str | None] = {}
+        # Per-result caches (results never change); bounded, so a long-lived server does not grow them forever.
+        self._values: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, int], str | None] = OrderedDict()
         terms = []
         if self.lexical != 0.0:
             terms.append(self._lexical_term)
@@ -112,17 +123,20 @@ class ContextRenderPlus(ContextRender):
         if vals is None:
             content = session.message(seq).content
             vals = tuple(sorted(session.result_values(seq), key=lambda v: (content.find(v), v)))
-            self._values[key] = vals
+            _remember(self._values, key, vals)
         return vals
 
     def tabular_text(self, session: Session, seq: int) -> str | None:
         """The result's tabular form (cached), or None when it is not JSON or not shorter than the original."""
         key = (session.id, seq)
-        if key not in self._tables:
-            content = session.message(seq).content
-            form = tabulate(content)
-            self._tables[key] = form if form is not None and session.counter.text(form) < session.counter.text(content) else None
-        return self._tables[key]
+        if key in self._tables:
+            return self._tables[key]
+        content = session.message(seq).content
+        form = tabulate(content)
+        if form is not None and session.counter.text(form) >= session.counter.text(content):
+            form = None
+        _remember(self._tables, key, form)
+        return form
 
     def stub_text(self, session: Session, seq: int) -> str:
         """The omission marker plus up to ``stub_max_values`` qualifying values."""

@@ -31,9 +31,9 @@ from contextrender.experiments import catalogue
 from contextrender.graph import OMISSION_MARKER
 from contextrender.render import Scope, first_user
 
-#: Renders the corpus holds (11 transcripts × 5 budgets × 34 policy variants — 18 before the peers —,
+#: Renders the corpus holds (11 transcripts × 5 budgets × 35 policy variants — 18 before the peers —,
 #: one per render point).
-RENDERS = 21080
+RENDERS = 21700
 
 #: ``variant|transcript`` → digest of all its renders. Pinned at commit 0e8912d (before the issue-15
 #: redesign), extended with the peer strategies (issue 17), and recomputed once on purpose for issue 18:
@@ -42,7 +42,10 @@ RENDERS = 21080
 #: shared fallback to B uses the marker); the 173 others (full, compact, the summarising peers, ...)
 #: are unchanged, and nothing else moved. Issue 18 deliverable 3 then re-aimed contextrender_plus (ours)
 #: at the hindsight ceiling (a fitted per-tool reuse prior): the 7 of its 11 sequences whose renders
-#: the prior reorders changed on purpose; every other policy's digest is identical.
+#: the prior reorders changed on purpose; every other policy's digest is identical. Then the tabular
+#: switch (an omitted JSON result's lossless tabular form in the leftover budget) and prior_min_age 0
+#: changed contextrender_plus on the AppWorld-like trace only (the plus_off / plus_stubs_no_packing
+#: variants now switch tabular off, so they pin what they pinned), and plus_tabular_only_fill was added.
 EXPECTED = {
     "acon|tool_heavy": "d91787340d03084d",
     "clear_tool_uses|tool_heavy": "94a1a12eec20a9fb",
@@ -320,7 +323,7 @@ EXPECTED = {
     "clear_tool_uses|trace:appworld_like_7e2f_1": "370df3245318cd61",
     "compact|trace:appworld_like_7e2f_1": "f4ab62209cbd9948",
     "contextrender|trace:appworld_like_7e2f_1": "a7992904702f7ab0",
-    "contextrender_plus|trace:appworld_like_7e2f_1": "416a0bdb1f84effd",
+    "contextrender_plus|trace:appworld_like_7e2f_1": "4417a3ba9b849703",
     "cr_recency|trace:appworld_like_7e2f_1": "4e41aa5dfd9b0a46",
     "cr_recency_relevance|trace:appworld_like_7e2f_1": "2968b8b5c60b716b",
     "cr_relevance|trace:appworld_like_7e2f_1": "b1730c8a6d1fd9de",
@@ -418,6 +421,17 @@ EXPECTED = {
     "tail_compaction_absolute|trace:travel_parallel_01": "ff996cbca229fc01",
     "openhands_summary_keep4|trace:travel_parallel_01": "a1cf39d187009ccf",
     "langchain_trim_human|trace:travel_parallel_01": "830c3bc42fc8c8c7",
+    "plus_tabular_only_fill|multi_user": "304f361af46b7354",
+    "plus_tabular_only_fill|no_system_big_task": "43d1fdfa6be4d790",
+    "plus_tabular_only_fill|odd_roles": "dffdc1c9aa934e25",
+    "plus_tabular_only_fill|oversized": "8796c88f9dadf970",
+    "plus_tabular_only_fill|parallel": "8d768db06231453a",
+    "plus_tabular_only_fill|tiny": "18ee0b018b7cd3ec",
+    "plus_tabular_only_fill|tool_heavy": "e6dcc08680148e54",
+    "plus_tabular_only_fill|trace:appworld_like_7e2f_1": "53dc5f30041151bc",
+    "plus_tabular_only_fill|trace:swe_like_cfg_0042": "ea438633df63b737",
+    "plus_tabular_only_fill|trace:travel_parallel_01": "317e591fdefb09a5",
+    "plus_tabular_only_fill|verbatim_overflow": "b35c203b31984320",
 }
 
 

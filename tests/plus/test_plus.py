@@ -301,3 +301,16 @@ def test_prior_min_age_keeps_the_latest_results_on_top():
     assert recent[7].usefulness == pytest.approx(base[7].usefulness + 4.0 * 0.6)  # the render's largest term
     assert recent[5].usefulness == pytest.approx(base[5].usefulness)  # age 2: the prior applies (0)
     assert recent[3].usefulness == pytest.approx(every[3].usefulness)
+
+
+def test_per_result_caches_are_bounded_and_never_change_a_render(monkeypatch):
+    import contextrender.plus as plus_mod
+
+    monkeypatch.setattr(plus_mod, "CACHE_SIZE", 3)
+    msgs = _catalogue_transcript(3)
+    budget = 900
+    pol = ContextRenderPlus(embedder=EMB)
+    renders = [pol.render(_session(msgs, f"s{i}"), budget) for i in range(4)]
+    assert len(pol._tables) == 3 and len(pol._values) <= 3  # filled to the bound, not past it
+    fresh = ContextRenderPlus(embedder=EMB).render(_session(msgs, "fresh"), budget)
+    assert all(r.messages == fresh.messages and r.tokens == fresh.tokens for r in renders)
