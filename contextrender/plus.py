@@ -79,8 +79,8 @@ def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
 
 
 class ContextRenderPlus(ContextRender):
-    """ContextRender with lexical relevance, packing, stubs and compacted omitted results — each a
-    switch (see the module docstring)."""
+    """ContextRender with a per-tool reuse prior, lexical relevance, packing, and tabular forms, stubs and
+    compacted forms for omitted results — each a switch (see the module docstring)."""
 
     def __init__(self, *, packing: bool = True, stubs: bool = True, tabular: bool = True, lexical: float = 1.0,
                  compact_omitted: bool = True, stub_max_values: int = 12,
