@@ -33,8 +33,9 @@ Grammar — one item per line, two spaces of indent per level:
 - the whole value, when it is a list of records: ``[n]: C|…`` and its rows;
 - a scalar is its JSON literal, except a string that cannot be misread (no
   separator ``| , [ ] { } " \\``, printable, no outer spaces, not a JSON literal or
-  number, not empty), which is written bare; a key is bare under the same rule
-  and when it holds no ``.`` or ``:`` and does not start with ``-``.
+  number, not empty), which is written bare (so an id made of digits keeps its
+  quotes: it is a string, not a number); a key is bare when it is printable, has
+  no outer spaces, no separator, ``.`` or ``:``, and does not start with ``-``.
 """
 
 from __future__ import annotations

@@ -488,6 +488,16 @@ def sniff(path: str | Path, max_lines: int = 1000) -> Sniffed:
 
 # -- reading one file -----------------------------------------------------------------
 
+def shown_path(path: str | Path) -> str:
+    """How a replay output names a file: relative to the working directory when the file is under it
+    (so results written from a checkout name repository paths, not a home directory), else absolute."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(p)
+
+
 @dataclass
 class TraceReader:
     """Iterates one trace file's valid episodes.
@@ -623,8 +633,7 @@ class TraceReader:
 
     def summary(self) -> dict[str, Any]:
         """What this file gave (the replay output's ``sources.files`` entry)."""
-        # The absolute path: the same output whatever directory the replay ran in.
-        out: dict[str, Any] = {"path": str(self.path.resolve()), "format": self.format, "episodes": self.episodes,
+        out: dict[str, Any] = {"path": shown_path(self.path), "format": self.format, "episodes": self.episodes,
                                "skipped": self.skipped}
         if self.excluded:
             out["excluded"] = dict(self.excluded)
@@ -745,7 +754,7 @@ def open_traces(spec: str | Path | Sequence[str | Path], format: str | None = No
                 continue
             sniffed = sniff(p)
             if sniffed.format is None and not sniffed.broken:
-                ignored.append({"path": str(p.resolve()), "reason": sniffed.reason})
+                ignored.append({"path": shown_path(p), "reason": sniffed.reason})
                 continue
             readers.append(TraceReader(p, strict, fmt))  # a broken one fails (or is skipped) when read
     if not readers:

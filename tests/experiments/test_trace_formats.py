@@ -343,6 +343,18 @@ def test_a_directory_reads_every_trace_file_and_lists_the_others(tmp_path):
     assert ignored["notes.txt"] == "not JSON"
 
 
+def test_files_under_the_working_directory_are_named_relative_to_it(tmp_path, monkeypatch):
+    """A replay output names a file under the working directory by its relative path (results written
+    from a checkout carry no home directory), and any other file by its absolute path."""
+    (tmp_path / "work").mkdir()
+    shutil.copy(OURS, tmp_path / "work" / "ours.jsonl")
+    shutil.copy(TAUBENCH, tmp_path / "v1.json")
+    monkeypatch.chdir(tmp_path / "work")
+    found = open_traces(["ours.jsonl", str(tmp_path / "v1.json")])
+    list(found)
+    assert [f["path"] for f in found.summary()["files"]] == ["ours.jsonl", str((tmp_path / "v1.json").resolve())]
+
+
 def test_globs_and_lists(tmp_path):
     found = open_traces(str(DATA / "tau2" / "scripted_*.json"))
     assert [Path(r.path).name for r in found.readers] == ["scripted_retail.json", "scripted_telecom.json"]
