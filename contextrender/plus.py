@@ -68,6 +68,7 @@ from contextrender.selector import Choice, ContextRender, FillRoom, Stage, greed
 from contextrender.tabular import tabulate
 from contextrender.tfa import match_tokens
 
+_MISSING = object()
 #: Entries each per-result cache of a policy keeps (least recently added dropped first).
 CACHE_SIZE = 4096
 
@@ -129,8 +130,9 @@ class ContextRenderPlus(ContextRender):
     def tabular_text(self, session: Session, seq: int) -> str | None:
         """The result's tabular form (cached), or None when it is not JSON or not shorter than the original."""
         key = (session.id, seq)
-        if key in self._tables:
-            return self._tables[key]
+        cached = self._tables.get(key, _MISSING)  # one lookup: another thread may evict between two
+        if cached is not _MISSING:
+            return cached  # type: ignore[return-value]
         content = session.message(seq).content
         form = tabulate(content)
         if form is not None and session.counter.text(form) >= session.counter.text(content):

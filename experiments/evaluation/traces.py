@@ -493,7 +493,13 @@ def shown_path(path: str | Path) -> str:
     (so results written from a checkout name repository paths, not a home directory), else absolute."""
     p = Path(path).resolve()
     try:
-        return p.relative_to(Path.cwd().resolve()).as_posix()
+        cwd = Path.cwd().resolve()
+    except OSError:  # the working directory was removed
+        return str(p)
+    if cwd == Path(cwd.anchor):  # from the root, "relative" would hide nothing and read as a repo path
+        return str(p)
+    try:
+        return p.relative_to(cwd).as_posix()
     except ValueError:
         return str(p)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextrender.tabular import TabularError, tabulate, untabulate
+from contextrender.tabular import MAX_DEPTH, TabularError, tabulate, untabulate
 from contextrender.tokens import TokenCounter
 
 # Strings that stress the bare/quoted rule: separators, quotes, literals, numbers, outer spaces, newlines.
@@ -135,3 +135,23 @@ def test_real_tau2_results_round_trip_and_shrink(domain: str) -> None:
     assert all(max(r) < 1.0 for r in ratios.values()), ratios
     if domain == "retail":
         assert max(ratios["get_product_details"]) < 0.6
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 600, 5000])
+def test_deep_nesting_has_no_form_and_never_raises(depth: int) -> None:
+    """A result nested deeper than the writer follows is left as it is (json.loads itself gives up at ~1,000
+    levels); a form nested that deep is a clear TabularError, not a RecursionError."""
+    assert tabulate("[" * depth + "1" + "]" * depth) is None
+    assert tabulate('{"a": ' * depth + "1" + "}" * depth) is None
+    deep = "\n".join("  " * i + "a:" for i in range(3000)) + "\n" + "  " * 3000 + "a: 1"
+    with pytest.raises(TabularError, match="nested deeper"):
+        untabulate(deep)
+
+
+def test_nesting_up_to_the_limit_round_trips() -> None:
+    value: object = 1
+    for i in range(MAX_DEPTH - 1):
+        value = {"k": value} if i % 2 else [value, 2]
+    wrapped = {"root": value}
+    form = tabulate(json.dumps(wrapped))
+    assert form is not None and untabulate(form) == wrapped

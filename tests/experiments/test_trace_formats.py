@@ -20,6 +20,7 @@ from contextrender.experiments.evaluation.traces import (
     TraceError,
     open_traces,
     read_traces,
+    shown_path,
     sniff,
 )
 from contextrender.graph import ContextGraph
@@ -353,6 +354,8 @@ def test_files_under_the_working_directory_are_named_relative_to_it(tmp_path, mo
     found = open_traces(["ours.jsonl", str(tmp_path / "v1.json")])
     list(found)
     assert [f["path"] for f in found.summary()["files"]] == ["ours.jsonl", str((tmp_path / "v1.json").resolve())]
+    monkeypatch.chdir("/")  # from the root every path stays absolute
+    assert shown_path(tmp_path / "v1.json") == str((tmp_path / "v1.json").resolve())
 
 
 def test_globs_and_lists(tmp_path):

@@ -314,3 +314,12 @@ def test_per_result_caches_are_bounded_and_never_change_a_render(monkeypatch):
     assert len(pol._tables) == 3 and len(pol._values) <= 3  # filled to the bound, not past it
     fresh = ContextRenderPlus(embedder=EMB).render(_session(msgs, "fresh"), budget)
     assert all(r.messages == fresh.messages and r.tokens == fresh.tokens for r in renders)
+
+
+def test_a_deeply_nested_result_renders_with_tabular_on():
+    msgs = _catalogue_transcript(1)
+    msgs[3]["content"] = "[" * 600 + "1" + "]" * 600  # the first result: deeper than any tabular form
+    for tabular in (True, False):
+        session = _session(msgs, f"deep{tabular}")
+        r = ContextRenderPlus(embedder=EMB, tabular=tabular).render(session, 700)
+        assert r.tokens <= 700

@@ -75,6 +75,10 @@ def test_verdict_names_each_set_by_the_measured_gap():
     assert "bench 75.0 vs 80.0 (BELOW)" in v
     assert pe.verdict({"a": _row(90.0, 99.0, 100.0)}, None).startswith(
         "- Verdict: the 80 % target is met on every held-out set with a gap")
+    # no gap, and plus below contextrender there: named as such, not as "equals the ceiling"
+    v = pe.verdict({"a": _row(90.0, 99.0, 100.0), "bfcl": _row(97.5, 96.0, 97.5)}, None)
+    assert "no gap but plus BELOW contextrender on bfcl (96.0 < 97.5)" in v and "already equals" not in v
+    assert pe.verdict({"bfcl": _row(97.5, 97.5, 97.5)}, None).startswith("- Verdict: no held-out set has a gap")
 
 
 def test_gap_covered():
