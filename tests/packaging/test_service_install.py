@@ -9,6 +9,7 @@ in this process for the same input.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -129,8 +130,15 @@ def test_serve_unknown_method_lists_the_shipped_registry(service_venv, workdir):
 
 
 def _expected_replay(traces: Path) -> dict:
-    return replay_traces(traces, 900, REPLAYED.split(","), embedder=HashingEmbedder(),
-                         compactor=make_compactor("extractive")).to_json()
+    """The checkout's replay of ``traces``, run from the directory that holds them (as the CLI run was:
+    the output names a file under the working directory by its relative path)."""
+    old = Path.cwd()
+    os.chdir(traces.parent)
+    try:
+        return replay_traces(traces.name, 900, REPLAYED.split(","), embedder=HashingEmbedder(),
+                             compactor=make_compactor("extractive")).to_json()
+    finally:
+        os.chdir(old)
 
 
 def test_replay_from_the_wheel(service_venv, workdir):
