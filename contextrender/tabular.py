@@ -78,13 +78,14 @@ def _number_like(s: str) -> bool:
     return True
 
 
-def _bare_ok(s: str, special: frozenset[str]) -> bool:
-    return (bool(s) and s == s.strip() and s.isprintable() and not any(ch in special for ch in s)
+def _bare_ok(s: str) -> bool:
+    """A string scalar that can be written without quotes (the module docstring's rule)."""
+    return (bool(s) and s == s.strip() and s.isprintable() and not any(ch in _SPECIAL for ch in s)
             and not _number_like(s))
 
 
 def _scalar(v: Any) -> str:
-    if isinstance(v, str) and _bare_ok(v, _SPECIAL):
+    if isinstance(v, str) and _bare_ok(v):
         return v
     return json.dumps(v, ensure_ascii=False)
 

@@ -703,15 +703,21 @@ def verdict(evald: Mapping[str, Any], orc: Mapping[str, Any] | None) -> str:
     over = sum(r["over_budget"] for r in rows)
     text += f" Renders above B: {over}."
     if orc:
-        checks = []
-        for bench, ms in orc.items():
-            if {"contextrender", "contextrender_plus"} <= set(ms):
-                for b, v in ms["contextrender_plus"].items():
-                    c = ms["contextrender"][b]["mean"]
-                    if v["mean"] is not None and c is not None:
-                        checks.append(f"{bench} {v['mean']:.1f} vs {c:.1f}{'' if v['mean'] >= c else ' (BELOW)'}")
+        checks = [f"{bench} {p:.1f} vs {c:.1f}{'' if p >= c else ' (BELOW)'}" for bench, _, p, c in oracle_pairs(orc)]
         text += " Oracle task score, plus vs contextrender: " + "; ".join(checks) + "."
     return text
+
+
+def oracle_pairs(orc: Mapping[str, Any]) -> list[tuple[str, str, float, float]]:
+    """(benchmark, budget, plus's mean, contextrender's mean) for every oracle cell both were measured in."""
+    out = []
+    for bench, ms in orc.items():
+        if {"contextrender", "contextrender_plus"} <= set(ms):
+            for b, v in ms["contextrender_plus"].items():
+                c = ms["contextrender"].get(b, {}).get("mean")
+                if v["mean"] is not None and c is not None:
+                    out.append((bench, b, float(v["mean"]), float(c)))
+    return out
 
 
 def gap_covered(plus: float | None, cr: float | None, ceiling: float | None) -> float | None:
@@ -804,14 +810,8 @@ def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str
             label = f"**{m}** (ours)" if m == "contextrender_plus" else m
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-        checks = []
-        for bench in benches:
-            ms = orc[bench]
-            for b in budgets:
-                if {"contextrender", "contextrender_plus"} <= set(ms):
-                    a_, c_ = ms["contextrender_plus"][b]["mean"], ms["contextrender"][b]["mean"]
-                    if a_ is not None and c_ is not None:
-                        checks.append(f"{bench} B={b}: {a_:.1f} vs {c_:.1f} ({'≥' if a_ >= c_ else 'BELOW'})")
+        checks = [f"{bench} B={b}: {p:.1f} vs {c:.1f} ({'≥' if p >= c else 'BELOW'})"
+                  for bench, b, p, c in oracle_pairs(orc)]
         if checks:
             lines += ["Oracle score, contextrender_plus vs contextrender: " + "; ".join(checks) + ".", ""]
     lines += ["## Notes", "", verdict(evald, orc), *NOTES]
