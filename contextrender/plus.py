@@ -46,6 +46,13 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   catalogue: its item ids are numbers, which the recall metric never counts).
   It predicts reuse before any is observed: results whose tool is rarely reused
   (on τ² a product catalogue) give way to those whose tool usually is (order details).
+- ``call_prior``: the words of the call refine P(tool) — what was asked predicts whether the answer is
+  reused (one tool, ``python_interpreter``, runs every search of a code agent; "height" and "founded by"
+  are the same tool). ``call_prior[tool][w]`` = P(reuse | tool, word w in the call's arguments), fitted
+  on TRAINING episodes like the per-tool prior (words of at least 3 letters, :func:`call_words`; only
+  words seen in several train episodes). Naive Bayes on the log-odds:
+  logit P = logit P(tool) + Σ_w [logit P(tool, w) − logit P(tool)] over the call's fitted words. For a
+  tool in the per-tool prior only (the session prior has no words). ``call_words``: the switch.
 - λ, γ and the weights are plain parameters; conf/method/contextrender_plus.yaml
   carries values fitted on a TRAINING split of traces (experiments/studies/plus.py).
 
@@ -54,6 +61,8 @@ Postcondition as in the paper: Tok(H_t) ≤ B, checked on what was assembled.
 
 from __future__ import annotations
 
+import math
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -61,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from contextrender.compaction import Compactor
-from contextrender.events import Usage
+from contextrender.events import Usage, decoded_arguments
 from contextrender.graph import Session
 from contextrender.render import focus_text, marker_text, text_message_tokens
 from contextrender.selector import Choice, ContextRender, FillRoom, Stage, greedy
@@ -71,6 +80,22 @@ from contextrender.tfa import match_tokens
 _MISSING = object()
 #: Entries each per-result cache of a policy keeps (least recently added dropped first).
 CACHE_SIZE = 4096
+
+
+_WORD = re.compile(r"[a-z]{3,}")
+#: P is clipped to [_EPS, 1 − _EPS] before taking log-odds.
+_EPS = 1e-4
+
+
+def call_words(arguments: str) -> frozenset[str]:
+    """The words of a call's arguments the call prior is keyed by: lower-cased runs of ≥ 3 ASCII letters
+    in its keys and scalar values (:func:`~contextrender.events.decoded_arguments`)."""
+    return frozenset(_WORD.findall(decoded_arguments(arguments).lower()))
+
+
+def _logit(p: float) -> float:
+    p = min(1.0 - _EPS, max(_EPS, p))
+    return math.log(p / (1.0 - p))
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
@@ -87,7 +112,8 @@ class ContextRenderPlus(ContextRender):
                  compact_omitted: bool = True, stub_max_values: int = 12,
                  tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
                  prior_default: float = 0.0, session_prior: float = 0.0,
-                 prior_min_age: int = 0, embedder: Any = None, compactor: Compactor | None = None,
+                 prior_min_age: int = 0, call_words: bool = True,
+                 call_prior: Mapping[str, Mapping[str, float]] | None = None, embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
         if stub_max_values < 0:
             raise ValueError(f"stub_max_values must be ≥ 0, got {stub_max_values}")
@@ -102,9 +128,17 @@ class ContextRenderPlus(ContextRender):
         self.prior_default = float(prior_default)
         self.session_prior = float(session_prior)
         self.prior_min_age = int(prior_min_age)
+        self.call_words = bool(call_words)
+        self.call_prior = {str(t): {str(w): float(p) for w, p in dict(ws).items()}
+                           for t, ws in dict(call_prior or {}).items()}
+        for t, ws in self.call_prior.items():
+            bad = [w for w, p in ws.items() if not 0.0 <= p <= 1.0]
+            if bad:
+                raise ValueError(f"call_prior[{t!r}]: P must lie in [0, 1] (words {bad[:3]})")
         # Per-result caches (results never change); bounded, so a long-lived server does not grow them forever.
         self._values: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
         self._tables: OrderedDict[tuple[str, int], str | None] = OrderedDict()
+        self._call_p: OrderedDict[tuple[str, int], float] = OrderedDict()
         terms = []
         if self.lexical != 0.0:
             terms.append(self._lexical_term)
@@ -163,9 +197,31 @@ class ContextRenderPlus(ContextRender):
                 out[i] = 1.0 - np.exp(-float(k))
         return self.lexical * out
 
-    def prior_of(self, tool_name: str) -> float:
-        """P(tool): the fitted per-tool reuse prior (``prior_default`` for a tool the prior never saw)."""
-        return self.tool_prior.get(tool_name, self.prior_default)
+    def prior_of(self, tool_name: str, words: frozenset[str] = frozenset()) -> float:
+        """P(tool): the fitted per-tool reuse prior (``prior_default`` for a tool the prior never saw),
+        refined by the call prior's words among ``words`` (the call's :func:`call_words`)."""
+        p = self.tool_prior.get(tool_name, self.prior_default)
+        fitted = self.call_prior.get(tool_name) if self.call_words else None
+        if not fitted or tool_name not in self.tool_prior:
+            return p
+        base = _logit(p)
+        z = base + sum(_logit(fitted[w]) - base for w in sorted(words) if w in fitted)
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def result_prior(self, session: Session, seq: int) -> float:
+        """:meth:`prior_of` the result's tool and call words (cached; results never change)."""
+        key = (session.id, seq)
+        p = self._call_p.get(key)
+        if p is None:
+            r = session.result(seq)
+            words: frozenset[str] = frozenset()
+            if self.call_words and r.tool_name in self.call_prior and r.call_seq is not None:
+                call = next((tc for tc in session.message(r.call_seq).tool_calls if tc.id == r.call_id), None)
+                if call is not None:
+                    words = call_words(call.arguments)
+            p = self.prior_of(r.tool_name, words)
+            _remember(self._call_p, key, p)
+        return p
 
     def _prior_term(self, session: Session, st: Stage) -> np.ndarray:
         """W_prior·P(tool of r), from the configured prior (nothing here reads other transcripts); for a tool
@@ -185,7 +241,7 @@ class ContextRenderPlus(ContextRender):
                 n_res, n_reused = seen[t]
                 out[i] = self.session_prior * (n_reused + 2.0 * self.prior_default) / (n_res + 2.0)
             else:
-                out[i] = self.prior_weight * self.prior_of(t)
+                out[i] = self.prior_weight * self.result_prior(session, st.results[i])
         young = st.cand & (st.ages < self.prior_min_age)
         if young.any():
             out[young] = out[st.cand].max()

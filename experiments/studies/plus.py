@@ -17,8 +17,8 @@ contextrender.experiments.evaluation.replay):
 
 Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50), except
 τ²-airline, an evaluation-only domain reported whole. The per-tool reuse prior and the grid
-(W_prior, W_lex) are fitted on the TRAIN halves of :data:`FIT_SETS` only (BFCL, τ²-retail,
-synth); the fitted values are carried by conf/method/contextrender_plus.yaml (the eval stage
+(W_prior, W_lex), the call prior (P(tool, word of the call)) are fitted on the TRAIN halves of
+:data:`FIT_SETS` only (BFCL, τ²-retail, synth, moqa8_offline); the fitted values are carried by conf/method/contextrender_plus.yaml (the eval stage
 refuses to run if it differs from results/plus/fit.json). ``prior_min_age`` is then chosen with
 the fitted values fixed (:func:`select_min_age`): the largest TRAIN recall among the choices whose
 oracle pass^1 on τ²-retail's TRAIN task ids is not below contextrender's. Held-out traces are
@@ -76,8 +76,8 @@ TRACE_SETS = {
     "synth": OUT / "traces/synth_seed0.jsonl",
 }
 #: Trace sets the fit may read (their TRAIN halves only). τ²-airline is an evaluation-only domain:
-#: never fitted on, reported whole; moqa8_offline is reported on its test half and never fitted on.
-FIT_SETS = ("bfcl", "tau2_retail", "synth")
+#: never fitted on, reported whole.
+FIT_SETS = ("bfcl", "tau2_retail", "synth", "moqa")
 EVAL_ONLY = ("tau2_airline",)
 FIT_BUDGETS = (2000,)
 EVAL_BUDGETS = (2000,)
@@ -332,10 +332,11 @@ def build(specs: Mapping[str, tuple[str, Mapping[str, Any]]], shared_emb: Shared
     out = {}
     for name, (method, over) in specs.items():
         over = dict(over)
-        prior = over.pop("tool_prior", None)  # a whole mapping tool -> P (the fit's candidate prior)
+        # Whole mappings (the fit's candidates: tool -> P, tool -> word -> P) replace the config's.
+        whole = {k: over.pop(k) for k in ("tool_prior", "call_prior") if k in over}
         cfg = method_config(method, over, label=name)
-        if prior is not None:
-            OmegaConf.update(cfg, "tool_prior", dict(prior), merge=False)
+        for k, v in whole.items():
+            OmegaConf.update(cfg, k, dict(v), merge=False)
         out[name] = build_policy(cfg, embedder=shared_emb, compactor=compactor)
     return out
 
@@ -388,6 +389,47 @@ def fit_tool_prior(episodes: Iterable[Episode], smooth: float = 2.0) -> tuple[di
     return prior, round(pooled, 4)
 
 
+#: A word enters the call prior when calls of its tool containing it occur in at least this many TRAIN
+#: episodes (rarer words — names, ids — would only memorise single tasks).
+CALL_MIN_EPISODES = 5
+
+
+def fit_call_prior(episodes: Iterable[Episode], tool_prior: Mapping[str, float],
+                   smooth: float = 2.0) -> dict[str, dict[str, float]]:
+    """P(tool, word): as :func:`fit_tool_prior`, over the pairs whose earlier result's call contains the word
+    (:func:`~contextrender.plus.call_words`), smoothed toward P(tool) with ``smooth`` pseudo-pairs; words in
+    fewer than :data:`CALL_MIN_EPISODES` train episodes are left out, and so are tools with no word kept.
+    Called on TRAIN episodes only."""
+    from contextrender.experiments.evaluation.recall import reuse_events
+    from contextrender.plus import call_words
+
+    hits: dict[tuple[str, str], int] = {}
+    pairs: dict[tuple[str, str], int] = {}
+    where: dict[tuple[str, str], set[str]] = {}
+    for ep in episodes:
+        msgs = list(ep.messages)
+        calls = {tc.get("id"): tc["function"] for m in msgs for tc in (m.get("tool_calls") or [])}
+        used = {(e.j, e.result_seq) for e in reuse_events(msgs)}
+        res = {r: calls[m.get("tool_call_id")] for r, m in enumerate(msgs)
+               if m.get("role") == "tool" and m.get("tool_call_id") in calls}
+        for r, fn in res.items():
+            t = fn["name"]
+            words = call_words(fn.get("arguments") or "")
+            later = [j for j, idx in enumerate(ep.assistant_indices) if idx > r]
+            n_hit = sum((j, r) in used for j in later)
+            for w in words:
+                key = (t, w)
+                pairs[key] = pairs.get(key, 0) + len(later)
+                hits[key] = hits.get(key, 0) + n_hit
+                where.setdefault(key, set()).add(ep.task_id)
+    out: dict[str, dict[str, float]] = {}
+    for (t, w), n in sorted(pairs.items()):
+        if t not in tool_prior or len(where[(t, w)]) < CALL_MIN_EPISODES:
+            continue
+        out.setdefault(t, {})[w] = round((hits[(t, w)] + smooth * tool_prior[t]) / (n + smooth), 4)
+    return out
+
+
 #: The grid of the fit (kept small for the study's time budget); λ, γ and the weights stay at the
 #: values conf/method/contextrender_plus.yaml carries (fitted on train in an earlier round, issue 12).
 GRID: dict[str, list[float]] = {"prior_weight": [0.0, 1.0, 2.0, 4.0, 8.0], "lexical": [0.0, 1.0]}
@@ -416,21 +458,30 @@ def fit(split: Mapping[str, Mapping[str, Sequence[Episode]]], rounds: int = 1) -
     del rounds  # one grid pass
     train = {k: split[k]["train"] for k in FIT_SETS}
     prior, pooled = fit_tool_prior(e for k in FIT_SETS for e in train[k])
+    calls = fit_call_prior((e for k in FIT_SETS for e in train[k]), prior)
     grid = [dict(zip(GRID, vals, strict=True)) for vals in itertools.product(*GRID.values())]
-    specs = {json.dumps(g, sort_keys=True): ("contextrender_plus", {**g, "tool_prior": prior,
+    specs = {json.dumps(g, sort_keys=True): ("contextrender_plus", {**g, "tool_prior": prior, "call_prior": calls,
                                                                     "prior_default": pooled}) for g in grid}
     scores = _objective(specs, train)
     best = max(scores, key=lambda k: (round(scores[k]["mean"], 6), -json.loads(k)["prior_weight"]))
     log.info("fit: best %s (train %.2f)", best, scores[best]["mean"])
     params = json.loads(best)
-    sess_specs = {f"session_prior={w}": ("contextrender_plus", {**params, "tool_prior": {}, "prior_default": pooled,
+    # The call prior is kept only if it beats the per-tool prior alone at the chosen weights (train).
+    no_calls = _objective({"no call prior": ("contextrender_plus", {**params, "tool_prior": prior, "call_prior": {},
+                                                                    "prior_default": pooled})}, train)["no call prior"]
+    if no_calls["mean"] >= scores[best]["mean"] - 1e-9:
+        calls = {}
+    log.info("fit: call prior %s (train %.2f with, %.2f without)", "kept" if calls else "dropped",
+             scores[best]["mean"], no_calls["mean"])
+    sess_specs = {f"session_prior={w}": ("contextrender_plus", {**params, "tool_prior": {}, "call_prior": {},
+                                                                "prior_default": pooled,
                                                                 "session_prior": w}) for w in SESSION_GRID}
     sess = _objective(sess_specs, train)
     w_best = max(SESSION_GRID, key=lambda w: (round(sess[f"session_prior={w}"]["mean"], 6), -w))
     log.info("fit: session_prior %s (train, prior left out, %.2f)", w_best, sess[f"session_prior={w_best}"]["mean"])
     return {"params": {**params, "session_prior": w_best}, "train_objective": scores[best]["mean"],
             "fit_budgets": list(FIT_BUDGETS), "fit_sets": list(FIT_SETS), "tool_prior": prior,
-            "prior_default": pooled,
+            "prior_default": pooled, "call_prior": calls, "without_call_prior": no_calls,
             "history": [{"params": json.loads(k), "train_recall": v} for k, v in scores.items()],
             "session_history": [{"session_prior": w, "prior": "left out", "train_recall": sess[f"session_prior={w}"]}
                                 for w in SESSION_GRID],
@@ -445,13 +496,14 @@ def eval_specs() -> dict[str, tuple[str, dict[str, Any]]]:
     contextrender. (tabular, stubs and compact_omitted fill only the budget left after the full results:
     they never change recall, so their ablations are oracle rows.)"""
     off = {"packing": False, "stubs": False, "tabular": False, "lexical": 0.0, "compact_omitted": False,
-           "prior_weight": 0.0, "session_prior": 0.0}
+           "prior_weight": 0.0, "session_prior": 0.0, "call_words": False}
     age = int(method_config("contextrender_plus").get("prior_min_age", 0))
     ages = {f"plus, prior_min_age {a}": ("contextrender_plus", {"prior_min_age": a}) for a in AGE_CHOICES if a != age}
     return {
         "contextrender_plus": ("contextrender_plus", {}),
         "plus −prior (fitted and session)": ("contextrender_plus", {"prior_weight": 0.0, "session_prior": 0.0}),
         "plus −session prior (W_sess 0)": ("contextrender_plus", {"session_prior": 0.0}),
+        "plus −call prior (per-tool P only)": ("contextrender_plus", {"call_words": False}),
         **ages,
         "plus −lexical": ("contextrender_plus", {"lexical": 0.0}),
         "plus −packing": ("contextrender_plus", {"packing": False}),
@@ -470,13 +522,30 @@ def check_config(fitted: Mapping[str, Any]) -> None:
     have = {str(k): float(v) for k, v in dict(cfg.get("tool_prior") or {}).items()}
     want = {str(k): float(v) for k, v in fitted["tool_prior"].items()}
     diffs = [k for k in set(have) | set(want) if abs(have.get(k, -1.0) - want.get(k, -1.0)) > 1e-9]
+    have_calls = {f"{t}.{w}": float(p) for t, ws in dict(cfg.get("call_prior") or {}).items() for w, p in dict(ws).items()}
+    want_calls = {f"{t}.{w}": float(p) for t, ws in fitted.get("call_prior", {}).items() for w, p in ws.items()}
+    diffs += [k for k in set(have_calls) | set(want_calls)
+              if abs(have_calls.get(k, -1.0) - want_calls.get(k, -1.0)) > 1e-9]
     other = {k: (cfg.get(k), v) for k, v in {**fitted["params"], "prior_default": fitted["prior_default"]}.items()
              if abs(float(cfg.get(k)) - float(v)) > 1e-9}
     if "prior_min_age" in fitted and int(cfg.get("prior_min_age")) != int(fitted["prior_min_age"]):
         other["prior_min_age"] = (cfg.get("prior_min_age"), fitted["prior_min_age"])
     if diffs or other:
         raise SystemExit(f"conf/method/contextrender_plus.yaml differs from results/plus/fit.json "
-                         f"(tool_prior keys {sorted(diffs)[:5]}, params {other}): copy the fitted values")
+                         f"(tool_prior / call_prior keys {sorted(diffs)[:5]}, params {other}): copy the fitted "
+                         "values (python -m contextrender.experiments.studies.plus --print-config prints them)")
+
+
+def config_block(fitted: Mapping[str, Any]) -> str:
+    """The fitted values as YAML lines for conf/method/contextrender_plus.yaml (what :func:`check_config`
+    compares): the grid's parameters, prior_min_age when selected, prior_default, tool_prior, call_prior."""
+    import yaml
+
+    flat = {**fitted["params"], **({"prior_min_age": fitted["prior_min_age"]} if "prior_min_age" in fitted else {}),
+            "prior_default": fitted["prior_default"]}
+    return yaml.safe_dump({**flat, "tool_prior": dict(fitted["tool_prior"]),
+                           "call_prior": {t: dict(ws) for t, ws in fitted.get("call_prior", {}).items()}},
+                          sort_keys=True, allow_unicode=True, default_flow_style=False)
 
 
 CEILINGS = ("hindsight ceiling",)
@@ -544,6 +613,7 @@ def code_key(method: str) -> str:
 #: context-only switches (tabular forms, stubs, compacted omitted results: they never change recall).
 ORACLE_ABLATIONS = {"plus −prior": ("contextrender_plus", ("method.prior_weight=0", "method.session_prior=0")),
                     "plus −session prior": ("contextrender_plus", ("method.session_prior=0",)),
+                    "plus −call prior": ("contextrender_plus", ("method.call_words=false",)),
                     "plus −tabular": ("contextrender_plus", ("method.tabular=false",)),
                     "plus −tabular −stubs −compact omitted": ("contextrender_plus", (
                         "method.tabular=false", "method.compact_omitted=false", "method.stubs=false"))}
@@ -869,7 +939,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--stage", choices=["all", "fit", "select", "eval", "oracle", "report"], default="all")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--print-config", action="store_true",
+                    help="print results/plus/fit.json's values as YAML for conf/method/contextrender_plus.yaml, then exit")
     a = ap.parse_args(argv)
+    if a.print_config:
+        print(config_block(json.loads((OUT / "fit.json").read_text())), end="")
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     OUT.mkdir(parents=True, exist_ok=True)
     ensure_traces()
