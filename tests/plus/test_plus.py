@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from contextrender import ContextGraph, HashingEmbedder
 from contextrender.compaction import ExtractiveCompactor
-from contextrender.plus import ContextRenderPlus
+from contextrender.plus import ContextRenderPlus, call_words
 from contextrender.registry import build_policy, method_config
 from contextrender.render import Scope
 from contextrender.selector import ContextRender
@@ -323,3 +323,61 @@ def test_a_deeply_nested_result_renders_with_tabular_on():
         session = _session(msgs, f"deep{tabular}")
         r = ContextRenderPlus(embedder=EMB, tabular=tabular).render(session, 700)
         assert r.tokens <= 700
+
+
+def _questions(asks: list[str]) -> list[dict[str, Any]]:
+    """A code agent's searches: one tool runs them all; each result is about the same size."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"},
+                                  {"role": "user", "content": "Answer the questions."}]
+    for i, ask in enumerate(asks):
+        cid = f"q{i}"
+        code = f"print(wikipedia_search(query='Entity{i} {ask}'))"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "python_interpreter",
+                                                         "arguments": json.dumps({"code": code})}}]})
+        msgs.append({"role": "tool", "tool_call_id": cid,
+                     "content": f"Entity{i} Person_{i}A " + " ".join(["lorem ipsum dolor"] * 40)})
+    return msgs
+
+
+def test_call_words_are_the_letters_of_keys_and_values():
+    words = call_words(json.dumps({"code": "print(wikipedia_search(query='Mount Hiapeith height', n_results=3))"}))
+    assert {"code", "print", "wikipedia", "search", "query", "mount", "hiapeith", "height", "results"} == words
+    assert call_words("not json: Founder of X2") == {"not", "json", "founder"}  # raw text when not JSON
+
+
+def test_call_prior_with_one_word_is_that_words_probability():
+    """Naive Bayes on the log-odds: one fitted word replaces P(tool) by P(tool, word); two multiply odds."""
+    pol = ContextRenderPlus(embedder=EMB, tool_prior={"t": 0.2}, prior_default=0.05,
+                            call_prior={"t": {"height": 0.01, "founder": 0.8, "first": 0.6}})
+    assert pol.prior_of("t") == pytest.approx(0.2)
+    assert pol.prior_of("t", frozenset({"height", "unfitted"})) == pytest.approx(0.01)
+    odds = (0.8 / 0.2) * (0.6 / 0.4) / (0.2 / 0.8)  # odds(t) · OR(founder) · OR(first)
+    assert pol.prior_of("t", frozenset({"founder", "first"})) == pytest.approx(odds / (1 + odds))
+    assert pol.prior_of("other", frozenset({"founder"})) == pytest.approx(0.05)  # words only for fitted tools
+    off = ContextRenderPlus(embedder=EMB, tool_prior={"t": 0.2}, call_words=False,
+                            call_prior={"t": {"founder": 0.8}})
+    assert off.prior_of("t", frozenset({"founder"})) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match=r"call_prior\['t'\]"):
+        ContextRenderPlus(embedder=EMB, call_prior={"t": {"x": 1.5}})
+
+
+def test_call_prior_keeps_the_result_whose_question_is_answered_by_a_name():
+    """Room for one of two same-size results of one tool: by recency the newest (a height) is shown; with a
+    call prior fitted on training episodes (heights are never quoted, founders are), the older founder."""
+    msgs = _questions(["founder", "height"])
+    session = _session(msgs, "qfull")
+    seqs = [3, 5]
+    full = ContextRender(embedder=EMB).render(session, 10 ** 6).tokens
+    saved = {q: session.ntok(q) - session.result(q).marker_ntok for q in seqs}
+    budget = full - sum(saved.values()) + max(saved.values())  # either one fits, not both
+    assert budget < full
+    kw = {"embedder": EMB, "packing": False, "stubs": False, "tabular": False, "lexical": 0.0,
+          "compact_omitted": False, "prior_weight": 8.0, "tool_prior": {"python_interpreter": 0.3}}
+    calls = {"python_interpreter": {"founder": 0.6, "height": 0.01}}
+    plain = ContextRenderPlus(**kw).render(_session(msgs, "qa"), budget)
+    worded = ContextRenderPlus(call_prior=calls, **kw).render(_session(msgs, "qb"), budget)
+    switched_off = ContextRenderPlus(call_prior=calls, call_words=False, **kw).render(_session(msgs, "qc"), budget)
+    assert plain.visible == {5} and switched_off.visible == {5}
+    assert worded.visible == {3}
+    assert worded.tokens <= budget

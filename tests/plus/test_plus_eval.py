@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from contextrender.experiments.evaluation.recall import reuse_events
-from contextrender.experiments.evaluation.traces import read_traces
+from contextrender.experiments.evaluation.traces import Episode, read_traces
 from contextrender.experiments.studies import plus as pe
 
 
@@ -88,7 +91,37 @@ def test_gap_covered():
 
 def test_airline_is_never_fitted_on():
     assert "tau2_airline" not in pe.FIT_SETS and "tau2_airline" in pe.EVAL_ONLY
-    assert "moqa" not in pe.FIT_SETS
+
+
+def _qa_episode(i: int, asks: list[str], quoted: set[str]) -> Episode:
+    """One code-agent episode: a search per question, then a final answer quoting the answers of
+    the questions in ``quoted`` (a name; the others' answers are never quoted)."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Answer."}]
+    answers = []
+    for k, ask in enumerate(asks):
+        cid = f"c{k}"
+        code = f"print(wikipedia_search(query='Entity{i}x{k} {ask}'))"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "python_interpreter",
+                                                         "arguments": json.dumps({"code": code})}}]})
+        name = f"Zorbo{i}{k}quint"
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": f"The answer is {name} indeed."})
+        if ask in quoted:
+            answers.append(name)
+    msgs.append({"role": "assistant", "content": "Final: " + "; ".join(answers)})
+    return Episode(f"qa-{i}", tuple(msgs), 0)
+
+
+def test_call_prior_learns_which_questions_get_quoted():
+    eps = [_qa_episode(i, ["founder", "height", "shipyard"], {"founder", "shipyard"}) for i in range(6)]
+    eps.append(_qa_episode(99, ["founder", "rareword"], {"founder"}))
+    prior, _ = pe.fit_tool_prior(eps)
+    calls = pe.fit_call_prior(eps, prior)
+    p_tool, words = prior["python_interpreter"], calls["python_interpreter"]
+    assert words["height"] < p_tool < words["founder"]
+    assert "rareword" not in words  # in fewer than CALL_MIN_EPISODES train episodes
+    assert "entity" not in words or abs(words.get("entity", p_tool) - p_tool) < 0.2
+    assert pe.fit_call_prior(eps, {}) == {}  # only tools of the per-tool prior
 
 
 def test_tool_prior_counts_train_reuse(episodes):
