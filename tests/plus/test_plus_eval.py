@@ -49,7 +49,7 @@ def test_evaluate_report_and_plot(episodes, tmp_path):
     params = {"prior_weight": 4.0, "lexical": 1.0}
     evald = pe.evaluate({"synth": {"train": [], "test": episodes[:3]}}, budgets=(2000,))
     ms = evald["synth"]["2000"]["methods"]
-    assert set(pe.eval_specs()) | set(pe.CEILINGS) == set(ms)
+    assert set(pe.eval_specs()) | set(pe.CEILINGS) | set(pe.SET_REFERENCES["synth"]) == set(ms)
     for name, m in ms.items():
         if m["budgeted"]:
             assert m["over_budget_renders"] == 0, name
@@ -129,3 +129,43 @@ def test_tool_prior_counts_train_reuse(episodes):
     assert prior and all(0.0 <= v <= 1.0 for v in prior.values()) and 0.0 < pooled < 1.0
     # the synthetic generator reuses ids of small records far more often than of large logs
     assert prior.get("get_order", pooled) > prior.get("get_logs", 0.0)
+
+
+def test_generator_aware_reference_follows_the_generator(tmp_path):
+    """The synthetic set's causal reference: P of the next turn's reuse is the generator's (a follow-up
+    names its value: P 1 there; otherwise at most 0.40 + 0.25 in all), and it beats contextrender,
+    which does not know those probabilities."""
+    from contextrender import ContextGraph
+    from contextrender.embed import make_embedder
+    from contextrender.experiments.evaluation.replay import SharedEmbeddings
+    from contextrender.selector import Stage
+
+    path = tmp_path / "s.jsonl"
+    pe.write_synth(path, n=24, seed=5)
+    eps = list(read_traces(path))
+    emb = SharedEmbeddings(make_embedder("hashing", dim=64))
+    ref = pe.SynthBayes(embedder=emb)
+    seen_follow_up = seen_plain = False
+    for ep in eps[:6]:
+        msgs = list(ep.messages)
+        for k, m in enumerate(msgs):
+            if m["role"] != "assistant" or k < 4:
+                continue
+            s = ContextGraph().session(f"{ep.task_id}-{k}")
+            s.sync(msgs[:k])
+            st = ref._stage(s, 300, None)  # steps 1–3 (the full history does not fit 300 tokens)
+            if not isinstance(st, Stage):
+                continue
+            p = pe.synth_reuse_probability(s, st)
+            assert (p >= 0).all()
+            if msgs[k - 1]["role"] == "user" and "follow up on" in msgs[k - 1]["content"]:
+                assert (p == 1.0).sum() == 1 and p.sum() == 1.0
+                seen_follow_up = True
+            else:
+                assert p.sum() <= pe.SYNTH_P_RECENT + pe.SYNTH_P_OLD + 1e-9
+                seen_plain = True
+    assert seen_follow_up and seen_plain
+    res = pe.run_replay({"contextrender": ("contextrender", {})}, eps, 1200, references=pe.SET_REFERENCES["synth"])
+    name = pe.SET_REFERENCES["synth"][0]
+    assert res.methods[name].over_budget == 0
+    assert res.methods[name].stats.hits > res.methods["contextrender"].stats.hits
