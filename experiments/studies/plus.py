@@ -823,7 +823,7 @@ NOTES: list[str] = [
     "any selector that sees only the past can reach: the generator-aware reference (SynthBayes — it knows "
     "the generator's own probabilities: a call reuses an id of the last 3 results with P 0.40, of an older "
     "one with P 0.25, half of that from results already reused, small records 8× as likely as a log) covers "
-    "86.5, while 80 % of the hindsight gap needs 88.8; the plus covers 59 % of the gap to that reference. It "
+    "86.5, while 80 % of the hindsight gap needs 88.8; the plus covers 58 % of the gap to that reference. It "
     "gains most on the latest three results (86 vs 80 at age ≤ 3): it knows the next call's reuse "
     "probability by result kind; the plus knows how often a tool's result is reused at any later turn.",
     "- W_sess (this session's per-tool reuse share, for tools the prior never saw) is fitted with both priors "
