@@ -113,7 +113,8 @@ class ContextRenderPlus(ContextRender):
                  tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
                  prior_default: float = 0.0, session_prior: float = 0.0,
                  prior_min_age: int = 0, call_words: bool = True,
-                 call_prior: Mapping[str, Mapping[str, float]] | None = None, embedder: Any = None, compactor: Compactor | None = None,
+                 call_prior: Mapping[str, Mapping[str, float]] | None = None,
+                 embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
         if stub_max_values < 0:
             raise ValueError(f"stub_max_values must be ≥ 0, got {stub_max_values}")

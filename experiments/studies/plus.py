@@ -16,17 +16,20 @@ contextrender.experiments.evaluation.replay):
   weaker evidence than the recorded sets, reported separately.
 
 Each set is split by task id with a deterministic hash (:func:`is_train`, 50/50), except
-τ²-airline, an evaluation-only domain reported whole. The per-tool reuse prior and the grid
-(W_prior, W_lex), the call prior (P(tool, word of the call)) are fitted on the TRAIN halves of
-:data:`FIT_SETS` only (BFCL, τ²-retail, synth, moqa8_offline); the fitted values are carried by conf/method/contextrender_plus.yaml (the eval stage
-refuses to run if it differs from results/plus/fit.json). ``prior_min_age`` is then chosen with
+τ²-airline, an evaluation-only domain reported whole. The per-tool reuse prior, the call prior
+(P(tool, word of the call)) and the grid (W_prior, W_lex) are fitted on the TRAIN halves of
+:data:`FIT_SETS` only (BFCL, τ²-retail, synth, moqa8_offline); the fitted values are carried by
+conf/method/contextrender_plus.yaml (the eval stage refuses to run if it differs from
+results/plus/fit.json). ``prior_min_age`` is then chosen with
 the fitted values fixed (:func:`select_min_age`): the largest TRAIN recall among the choices whose
 oracle pass^1 on τ²-retail's TRAIN task ids is not below contextrender's. Held-out traces are
 replayed once, after fitting, with one ablation per switch.
 
 Each replay also reports the hindsight ceiling (:class:`HindsightCeiling`, not a policy): the
 most reused results any selector with the same scope, verbatim trim and markers could have
-shown; "gap covered" is (plus − contextrender) / (ceiling − contextrender).
+shown; "gap covered" is (plus − contextrender) / (ceiling − contextrender). The synthetic set also
+gets a causal reference (:class:`SynthBayes`): a selector that knows the generator's own reuse
+probabilities but nothing of the future — what any selector that sees only the past can expect there.
 """
 
 from __future__ import annotations
