@@ -52,7 +52,7 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   on TRAINING episodes like the per-tool prior (words of at least 3 letters, :func:`call_words`; only
   words seen in several train episodes). Naive Bayes on the log-odds:
   logit P = logit P(tool) + Σ_w [logit P(tool, w) − logit P(tool)] over the call's fitted words. For a
-  tool in the per-tool prior only (the session prior has no words). ``call_words``: the switch.
+  tool in the per-tool prior only (the session prior has no words). ``use_call_prior``: the switch.
 - λ, γ and the weights are plain parameters; conf/method/contextrender_plus.yaml
   carries values fitted on a TRAINING split of traces (experiments/studies/plus.py).
 
@@ -93,7 +93,7 @@ def call_words(arguments: str) -> frozenset[str]:
     return frozenset(_WORD.findall(decoded_arguments(arguments).lower()))
 
 
-def _logit(p: float) -> float:
+def log_odds(p: float) -> float:
     p = min(1.0 - _EPS, max(_EPS, p))
     return math.log(p / (1.0 - p))
 
@@ -112,7 +112,7 @@ class ContextRenderPlus(ContextRender):
                  compact_omitted: bool = True, stub_max_values: int = 12,
                  tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
                  prior_default: float = 0.0, session_prior: float = 0.0,
-                 prior_min_age: int = 0, call_words: bool = True,
+                 prior_min_age: int = 0, use_call_prior: bool = True,
                  call_prior: Mapping[str, Mapping[str, float]] | None = None,
                  embedder: Any = None, compactor: Compactor | None = None,
                  name: str = "contextrender_plus", **kwargs: Any) -> None:
@@ -129,13 +129,17 @@ class ContextRenderPlus(ContextRender):
         self.prior_default = float(prior_default)
         self.session_prior = float(session_prior)
         self.prior_min_age = int(prior_min_age)
-        self.call_words = bool(call_words)
+        self.use_call_prior = bool(use_call_prior)
         self.call_prior = {str(t): {str(w): float(p) for w, p in dict(ws).items()}
                            for t, ws in dict(call_prior or {}).items()}
-        for t, ws in self.call_prior.items():
-            bad = [w for w, p in ws.items() if not 0.0 <= p <= 1.0]
+        # Probabilities, checked once here: the attributes are fixed after construction (caches below).
+        if not 0.0 <= self.prior_default <= 1.0:
+            raise ValueError(f"prior_default: P must lie in [0, 1], got {self.prior_default}")
+        tables = [("tool_prior", self.tool_prior)] + [(f"call_prior[{t!r}]", ws) for t, ws in self.call_prior.items()]
+        for where, table in tables:
+            bad = [k for k, p in table.items() if not 0.0 <= p <= 1.0]
             if bad:
-                raise ValueError(f"call_prior[{t!r}]: P must lie in [0, 1] (words {bad[:3]})")
+                raise ValueError(f"{where}: P must lie in [0, 1] (keys {bad[:3]})")
         # Per-result caches (results never change); bounded, so a long-lived server does not grow them forever.
         self._values: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
         self._tables: OrderedDict[tuple[str, int], str | None] = OrderedDict()
@@ -202,12 +206,15 @@ class ContextRenderPlus(ContextRender):
         """P(tool): the fitted per-tool reuse prior (``prior_default`` for a tool the prior never saw),
         refined by the call prior's words among ``words`` (the call's :func:`call_words`)."""
         p = self.tool_prior.get(tool_name, self.prior_default)
-        fitted = self.call_prior.get(tool_name) if self.call_words else None
+        fitted = self.call_prior.get(tool_name) if self.use_call_prior else None
         if not fitted or tool_name not in self.tool_prior:
             return p
-        base = _logit(p)
-        z = base + sum(_logit(fitted[w]) - base for w in sorted(words) if w in fitted)
-        return 1.0 / (1.0 + math.exp(-z))
+        known = sorted(w for w in words if w in fitted)  # sorted: the same float sum under any hash seed
+        if not known:
+            return p
+        base = log_odds(p)
+        z = base + sum(log_odds(fitted[w]) - base for w in known)
+        return 0.5 * (1.0 + math.tanh(0.5 * z))  # the logistic function, without overflow for any z
 
     def result_prior(self, session: Session, seq: int) -> float:
         """:meth:`prior_of` the result's tool and call words (cached; results never change)."""
@@ -216,7 +223,7 @@ class ContextRenderPlus(ContextRender):
         if p is None:
             r = session.result(seq)
             words: frozenset[str] = frozenset()
-            if self.call_words and r.tool_name in self.call_prior and r.call_seq is not None:
+            if self.use_call_prior and r.tool_name in self.call_prior and r.call_seq is not None:
                 call = next((tc for tc in session.message(r.call_seq).tool_calls if tc.id == r.call_id), None)
                 if call is not None:
                     words = call_words(call.arguments)

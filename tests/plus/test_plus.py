@@ -355,11 +355,42 @@ def test_call_prior_with_one_word_is_that_words_probability():
     odds = (0.8 / 0.2) * (0.6 / 0.4) / (0.2 / 0.8)  # odds(t) · OR(founder) · OR(first)
     assert pol.prior_of("t", frozenset({"founder", "first"})) == pytest.approx(odds / (1 + odds))
     assert pol.prior_of("other", frozenset({"founder"})) == pytest.approx(0.05)  # words only for fitted tools
-    off = ContextRenderPlus(embedder=EMB, tool_prior={"t": 0.2}, call_words=False,
+    off = ContextRenderPlus(embedder=EMB, tool_prior={"t": 0.2}, use_call_prior=False,
                             call_prior={"t": {"founder": 0.8}})
     assert off.prior_of("t", frozenset({"founder"})) == pytest.approx(0.2)
     with pytest.raises(ValueError, match=r"call_prior\['t'\]"):
         ContextRenderPlus(embedder=EMB, call_prior={"t": {"x": 1.5}})
+    with pytest.raises(ValueError, match="tool_prior"):
+        ContextRenderPlus(embedder=EMB, tool_prior={"t": 1.2})
+    with pytest.raises(ValueError, match="prior_default"):
+        ContextRenderPlus(embedder=EMB, prior_default=-0.1)
+
+
+def test_call_prior_stays_a_probability_under_any_legal_values():
+    """P(tool) 1 and sixty words at P 0: the log-odds sum is far below any float exp() takes; P stays in
+    [0, 1] (an override could set these, so a render must never raise). A tool the words leave alone keeps
+    its P exactly, even 0."""
+    words = {f"w{chr(97 + i // 26)}{chr(97 + i % 26)}x": 0.0 for i in range(60)}
+    pol = ContextRenderPlus(embedder=EMB, tool_prior={"t": 1.0, "z": 0.0}, call_prior={"t": words, "z": {"aaa": 0.5}})
+    p = pol.prior_of("t", frozenset(words))
+    assert 0.0 <= p <= 1e-6
+    assert pol.prior_of("t", frozenset({"unfitted"})) == 1.0 and pol.prior_of("z", frozenset({"bbb"})) == 0.0
+    high = ContextRenderPlus(embedder=EMB, tool_prior={"t": 0.0}, call_prior={"t": {k: 1.0 for k in words}})
+    assert 1.0 - 1e-6 <= high.prior_of("t", frozenset(words)) <= 1.0
+
+
+def test_call_prior_cache_is_bounded(monkeypatch):
+    import contextrender.plus as plus_mod
+
+    monkeypatch.setattr(plus_mod, "CACHE_SIZE", 2)
+    msgs = _questions(["founder", "height", "shipyard"])
+    kw = {"embedder": EMB, "prior_weight": 8.0, "tool_prior": {"python_interpreter": 0.3},
+          "call_prior": {"python_interpreter": {"founder": 0.6, "height": 0.01}}}
+    pol = ContextRenderPlus(**kw)
+    outs = [pol.render(_session(msgs, f"c{i}"), 400) for i in range(3)]
+    assert len(pol._call_p) == 2
+    fresh = ContextRenderPlus(**kw).render(_session(msgs, "cfresh"), 400)
+    assert all(o.messages == fresh.messages for o in outs)
 
 
 def test_call_prior_keeps_the_result_whose_question_is_answered_by_a_name():
@@ -377,7 +408,7 @@ def test_call_prior_keeps_the_result_whose_question_is_answered_by_a_name():
     calls = {"python_interpreter": {"founder": 0.6, "height": 0.01}}
     plain = ContextRenderPlus(**kw).render(_session(msgs, "qa"), budget)
     worded = ContextRenderPlus(call_prior=calls, **kw).render(_session(msgs, "qb"), budget)
-    switched_off = ContextRenderPlus(call_prior=calls, call_words=False, **kw).render(_session(msgs, "qc"), budget)
+    switched_off = ContextRenderPlus(call_prior=calls, use_call_prior=False, **kw).render(_session(msgs, "qc"), budget)
     assert plain.visible == {5} and switched_off.visible == {5}
     assert worded.visible == {3}
     assert worded.tokens <= budget
