@@ -319,7 +319,10 @@ class _Seen:
     and the results whose own ids a later assistant turn used (what the generator calls "reused")."""
 
     def __init__(self) -> None:
-        self.n = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.n = 0  # messages read so far
         self.first_in: dict[str, int | None] = {}
         self.used: set[int] = set()
         self.invocations = 0  # assistant turns so far: the next one is invocation `invocations`
@@ -328,8 +331,8 @@ class _Seen:
     def update(self, session: Session) -> None:
         from contextrender.recall import eligible_tokens, turn_text
 
-        if self.n > len(session):  # not this transcript: start again
-            self.__init__()  # type: ignore[misc]
+        if self.n > len(session):  # a shorter transcript under the same id: read it from the start
+            self.reset()
         for seq in range(self.n, len(session)):
             msg = session.message(seq)
             if msg.role == "assistant":
