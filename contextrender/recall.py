@@ -66,6 +66,30 @@ class Event:
     age: int  # j − k, k = invocation whose tool call produced the result
 
 
+class FirstAppearance:
+    """spec §7 attribution as a transcript grows, one message at a time: each eligible token's first
+    appearance over every message in order — the tool result it first appeared in, or None when a system,
+    user or assistant message showed it first."""
+
+    def __init__(self) -> None:
+        self.first_in: dict[str, int | None] = {}
+
+    def add(self, seq: int, msg: Message) -> dict[str, int]:
+        """Index message ``seq``; for an assistant message, return its eligible tokens that first appeared in
+        a tool result, with that result's seq (what the turn reuses)."""
+        if msg.role == "assistant":
+            used: dict[str, int] = {}
+            for tok in eligible_tokens(turn_text(msg)):
+                src = self.first_in.setdefault(tok, None)
+                if src is not None:
+                    used[tok] = src
+            return used
+        source = seq if msg.role == "tool" else None
+        for tok in eligible_tokens(msg.content):
+            self.first_in.setdefault(tok, source)
+        return {}
+
+
 def reuse_events(messages: Sequence[Message | dict[str, Any]]) -> list[Event]:
     """All distinct (j, r) events of a transcript, sorted by (j, r).
 
@@ -74,35 +98,25 @@ def reuse_events(messages: Sequence[Message | dict[str, Any]]) -> list[Event]:
     seen in the task input or in an earlier assistant message — including the
     arguments of the very call that returned r — is linked to no result.
     """
-    first_in: dict[str, int | None] = {}  # token -> seq of the result it first appeared in, or None
+    seen = FirstAppearance()
     call_invocation: dict[str, int] = {}  # tool-call id -> invocation that made it (latest, if ids repeat)
     result_invocation: dict[int, int] = {}
     pairs: set[tuple[int, int]] = set()
     j = 0  # invocation index of the next assistant message
     for seq, raw in enumerate(messages):
         msg = Message.from_openai(raw, f"message {seq}")
-        if msg.role == "assistant":
-            for tok in eligible_tokens(turn_text(msg)):
-                if tok not in first_in:
-                    first_in[tok] = None
-                else:
-                    src = first_in[tok]
-                    if src is not None:
-                        pairs.add((j, src))
-            for call in msg.tool_calls:
-                call_invocation[call.id] = j
-            j += 1
-        elif msg.role == "tool":
+        if msg.role == "tool":
             assert msg.tool_call_id is not None
             if msg.tool_call_id not in call_invocation:
                 raise ValueError(f"message {seq}: tool result for call id {msg.tool_call_id!r}, "
                                  "which no earlier assistant message made")
             result_invocation[seq] = call_invocation[msg.tool_call_id]
-            for tok in eligible_tokens(msg.content):
-                first_in.setdefault(tok, seq)
-        else:  # system and user messages: tokens seen here are never linked
-            for tok in eligible_tokens(msg.content):
-                first_in.setdefault(tok, None)
+        for src in seen.add(seq, msg).values():
+            pairs.add((j, src))
+        if msg.role == "assistant":
+            for call in msg.tool_calls:
+                call_invocation[call.id] = j
+            j += 1
     return sorted(Event(jj, r, jj - result_invocation[r]) for jj, r in pairs)
 
 
@@ -163,5 +177,5 @@ def recall(events: Iterable[Event], visible_by_turn: Mapping[int, Iterable[int]]
     return RecallStats(sum(n.values()), sum(h.values()), n, h)
 
 
-__all__ = ["AGE_BINS", "Event", "RecallStats", "age_bin", "count_events", "eligible", "eligible_tokens", "recall",
+__all__ = ["AGE_BINS", "Event", "FirstAppearance", "RecallStats", "age_bin", "count_events", "eligible", "eligible_tokens", "recall",
            "reuse_events", "turn_text"]

@@ -4,6 +4,7 @@ session viewer uses it too; the harness's replay imports it from here."""
 from contextrender.recall import (
     AGE_BINS,
     Event,
+    FirstAppearance,
     RecallStats,
     age_bin,
     count_events,
@@ -14,5 +15,5 @@ from contextrender.recall import (
     turn_text,
 )
 
-__all__ = ["AGE_BINS", "Event", "RecallStats", "age_bin", "count_events", "eligible", "eligible_tokens", "recall",
+__all__ = ["AGE_BINS", "Event", "FirstAppearance", "RecallStats", "age_bin", "count_events", "eligible", "eligible_tokens", "recall",
            "reuse_events", "turn_text"]

@@ -44,7 +44,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from contextrender.compaction import make_compactor
 from contextrender.embed import make_embedder
 from contextrender.experiments import catalogue
 from contextrender.experiments.evaluation.ceiling import HindsightCeiling
-from contextrender.experiments.evaluation.recall import AGE_BINS
+from contextrender.experiments.evaluation.recall import AGE_BINS, FirstAppearance
 from contextrender.experiments.evaluation.replay import (
     MemoCompactor,
     ReplayResult,
@@ -314,23 +314,25 @@ SYNTH_EXPLORE_KEYS = {"query": 0.4, "service": 0.6}
 
 
 class _Seen:
-    """What spec §7 attributes so far in one transcript, kept up to date as it grows: each eligible token's
-    first appearance (the tool result it first appeared in, or None: a system, user or assistant message),
-    and the results whose own ids a later assistant turn used (what the generator calls "reused")."""
+    """What spec §7 attributes so far in one transcript, kept up to date as it grows (the metric's own
+    :class:`~contextrender.recall.FirstAppearance`), and the results whose own ids a later assistant turn
+    used (what the generator calls "reused")."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self.n = 0  # messages read so far
-        self.first_in: dict[str, int | None] = {}
+        self.attribution = FirstAppearance()
         self.used: set[int] = set()
         self.invocations = 0  # assistant turns so far: the next one is invocation `invocations`
         self.last_done = 0  # invocation of the latest SYNTH_DONE turn (0: none yet, the schedule's start)
 
-    def update(self, session: Session) -> None:
-        from contextrender.recall import eligible_tokens, turn_text
+    @property
+    def first_in(self) -> dict[str, int | None]:
+        return self.attribution.first_in
 
+    def update(self, session: Session) -> None:
         if self.n > len(session):  # a shorter transcript under the same id: read it from the start
             self.reset()
         for seq in range(self.n, len(session)):
@@ -339,14 +341,9 @@ class _Seen:
                 if msg.content == SYNTH_DONE:
                     self.last_done = self.invocations
                 self.invocations += 1
-                for tok in eligible_tokens(turn_text(msg)):
-                    src = self.first_in.setdefault(tok, None)
-                    if src is not None and any(c.isdigit() for c in tok):  # an id (keys have no digits)
-                        self.used.add(src)
-            else:
-                src_seq = seq if msg.role == "tool" else None
-                for tok in eligible_tokens(msg.content):
-                    self.first_in.setdefault(tok, src_seq)
+            for tok, src in self.attribution.add(seq, msg).items():
+                if any(c.isdigit() for c in tok):  # an id (argument keys have no digits)
+                    self.used.add(src)
         self.n = len(session)
 
 
@@ -532,8 +529,24 @@ def run_replay(specs: Mapping[str, tuple[str, Mapping[str, Any]]], episodes: Seq
 
 # -- fitting (TRAIN only) --------------------------------------------------------------------
 
-def _tools_by_call(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    return {tc.get("id"): tc["function"]["name"] for m in messages for tc in (m.get("tool_calls") or [])}
+def _result_outcomes(episode: Episode) -> Iterator[tuple[str, Mapping[str, Any] | None, int, int]]:
+    """Per tool result of a TRAIN episode: (tool name, its call's ``function`` entry or None for an orphan
+    result, how many later assistant turns there are, how many of them reuse it — spec §7 events). A
+    result pairs with the latest call so far with its id, as the graph pairs them; an orphan's tool is
+    "tool"."""
+    from contextrender.experiments.evaluation.recall import reuse_events
+
+    msgs = list(episode.messages)
+    used = {(e.j, e.result_seq) for e in reuse_events(msgs)}
+    calls: dict[Any, Mapping[str, Any]] = {}
+    for r, m in enumerate(msgs):
+        for tc in m.get("tool_calls") or []:
+            calls[tc.get("id")] = tc["function"]
+        if m.get("role") != "tool":
+            continue
+        fn = calls.get(m.get("tool_call_id"))
+        later = [j for j, idx in enumerate(episode.assistant_indices) if idx > r]
+        yield (fn["name"] if fn else "tool"), fn, len(later), sum((j, r) in used for j in later)
 
 
 def fit_tool_prior(episodes: Iterable[Episode], smooth: float = 2.0) -> tuple[dict[str, float], float]:
@@ -541,20 +554,12 @@ def fit_tool_prior(episodes: Iterable[Episode], smooth: float = 2.0) -> tuple[di
     the turn reuses the result (spec §7 events), smoothed toward the pooled rate with ``smooth``
     pseudo-pairs. Returns the prior and the pooled rate (the default for unseen tools).
     Called on TRAIN episodes only."""
-    from contextrender.experiments.evaluation.recall import reuse_events
-
     hits: dict[str, int] = {}
     pairs: dict[str, int] = {}
     for ep in episodes:
-        msgs = list(ep.messages)
-        names = _tools_by_call(msgs)
-        used = {(e.j, e.result_seq) for e in reuse_events(msgs)}
-        tool_at = {r: names.get(m.get("tool_call_id"), "tool") for r, m in enumerate(msgs) if m.get("role") == "tool"}
-        for j, idx in enumerate(ep.assistant_indices):
-            for r, t in tool_at.items():
-                if r < idx:
-                    pairs[t] = pairs.get(t, 0) + 1
-                    hits[t] = hits.get(t, 0) + ((j, r) in used)
+        for t, _, n_later, n_hit in _result_outcomes(ep):
+            pairs[t] = pairs.get(t, 0) + n_later
+            hits[t] = hits.get(t, 0) + n_hit
     pooled = sum(hits.values()) / max(1, sum(pairs.values()))
     prior = {t: round((hits[t] + smooth * pooled) / (pairs[t] + smooth), 4) for t in sorted(pairs)}
     return prior, round(pooled, 4)
@@ -575,30 +580,18 @@ def fit_call_prior(episodes: Iterable[Episode], tool_prior: Mapping[str, float],
     fewer than :data:`CALL_MIN_EPISODES` train episodes or within :data:`CALL_MIN_LOGIT` of P(tool) are left
     out, and so are tools with no word kept.
     Called on TRAIN episodes only."""
-    from contextrender.experiments.evaluation.recall import reuse_events
     from contextrender.plus import call_words, log_odds
 
     hits: dict[tuple[str, str], int] = {}
     pairs: dict[tuple[str, str], int] = {}
     where: dict[tuple[str, str], set[str]] = {}
     for ep in episodes:
-        msgs = list(ep.messages)
-        used = {(e.j, e.result_seq) for e in reuse_events(msgs)}
-        calls: dict[Any, Any] = {}  # call id -> the latest call so far with that id (as the graph pairs them)
-        res: dict[int, Any] = {}
-        for r, m in enumerate(msgs):
-            for tc in m.get("tool_calls") or []:
-                calls[tc.get("id")] = tc["function"]
-            if m.get("role") == "tool" and m.get("tool_call_id") in calls:
-                res[r] = calls[m.get("tool_call_id")]
-        for r, fn in res.items():
-            t = fn["name"]
-            words = call_words(fn.get("arguments") or "")
-            later = [j for j, idx in enumerate(ep.assistant_indices) if idx > r]
-            n_hit = sum((j, r) in used for j in later)
-            for w in words:
+        for t, fn, n_later, n_hit in _result_outcomes(ep):
+            if fn is None:
+                continue
+            for w in call_words(fn.get("arguments") or ""):
                 key = (t, w)
-                pairs[key] = pairs.get(key, 0) + len(later)
+                pairs[key] = pairs.get(key, 0) + n_later
                 hits[key] = hits.get(key, 0) + n_hit
                 where.setdefault(key, set()).add(ep.task_id)
     out: dict[str, dict[str, float]] = {}

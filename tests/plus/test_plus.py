@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from _code_agent import search_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -331,10 +332,7 @@ def _questions(asks: list[str]) -> list[dict[str, Any]]:
                                   {"role": "user", "content": "Answer the questions."}]
     for i, ask in enumerate(asks):
         cid = f"q{i}"
-        code = f"print(wikipedia_search(query='Entity{i} {ask}'))"
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": "python_interpreter",
-                                                         "arguments": json.dumps({"code": code})}}]})
+        msgs.append(search_call(cid, f"Entity{i} {ask}"))
         msgs.append({"role": "tool", "tool_call_id": cid,
                      "content": f"Entity{i} Person_{i}A " + " ".join(["lorem ipsum dolor"] * 40)})
     return msgs

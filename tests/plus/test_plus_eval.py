@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from _code_agent import search_call
 
 from contextrender.experiments.evaluation.recall import reuse_events
 from contextrender.experiments.evaluation.traces import Episode, read_traces
@@ -100,10 +100,7 @@ def _qa_episode(i: int, asks: list[str], quoted: set[str]) -> Episode:
     answers = []
     for k, ask in enumerate(asks):
         cid = f"c{k}"
-        code = f"print(wikipedia_search(query='Entity{i}x{k} {ask}'))"
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": "python_interpreter",
-                                                         "arguments": json.dumps({"code": code})}}]})
+        msgs.append(search_call(cid, f"Entity{i}x{k} {ask}"))
         name = f"Zorbo{i}{k}quint"
         msgs.append({"role": "tool", "tool_call_id": cid, "content": f"The answer is {name} indeed."})
         if ask in quoted:
