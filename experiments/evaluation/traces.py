@@ -8,6 +8,10 @@ such transcripts. Four file formats are read (:data:`FORMATS`):
     Our JSONL: one ``{"task_id": str, "messages": [OpenAI messages]}`` per line
     (the runner's trace files, ``contextrender export``). Messages are kept as
     recorded; tool-call argument strings stay exactly as the model emitted them.
+    The runner's lines also carry the record ``key``; of several lines of one
+    job and task (a rerun with another config hash), only the last is read and
+    the earlier ones are excluded (:data:`SUPERSEDED`), as the tables count only
+    the latest record.
 ``tau2``
     τ²-bench ``Results`` JSON, what ``tau2 run`` writes (``{"timestamp", "info",
     "tasks", "simulations": [{"task_id", "trial", "messages", ...}]}``), read as
@@ -161,6 +165,19 @@ def _benchmark_of_key(key: Any) -> str | None:
     return None
 
 
+def job_task_of_key(key: Any) -> str | None:
+    """A runner trace line's ``key`` without its config hash: ``model|benchmark|task|method|budget``."""
+    if isinstance(key, str):
+        parts = key.split("|")
+        if len(parts) >= 6:
+            return "|".join(parts[:-1])
+    return None
+
+
+#: Why a runner trace line is not replayed when a later line holds the same job and task.
+SUPERSEDED = "superseded by a later trace of the same job and task (another config: the tables count the latest)"
+
+
 def parse_episode(obj: Any, where: str, line: int = 0) -> Episode:
     """Validate one decoded line of our JSONL."""
     if not isinstance(obj, dict):
@@ -187,6 +204,28 @@ def _trial_id(task_id: Any, trial: Any) -> str:
 
 # -- τ² -------------------------------------------------------------------------------
 
+def _tau2_llm_agent() -> Any:
+    """tau2's ``LLMAgent`` class. Importing tau2 the first time logs through loguru (a missing .env,
+    litellm's cache settings), which says nothing about the file being read: tau2's own messages are
+    disabled for the import only, and nothing else of loguru's configuration is touched."""
+    import sys
+
+    if "tau2.agent.llm_agent" in sys.modules:
+        return sys.modules["tau2.agent.llm_agent"].LLMAgent
+    try:
+        from loguru import logger
+    except ImportError:  # tau2 depends on loguru: without it, the import below fails on its own
+        logger = None
+    if logger is not None:
+        logger.disable("tau2")
+    try:
+        from tau2.agent.llm_agent import LLMAgent
+    finally:
+        if logger is not None:
+            logger.enable("tau2")
+    return LLMAgent
+
+
 def _tau2_system_prompt(info: Any) -> tuple[str | None, str]:
     """(the agent's system prompt or None, what was done): rebuilt only when it is certain."""
     info = info if isinstance(info, dict) else {}
@@ -197,7 +236,7 @@ def _tau2_system_prompt(info: Any) -> tuple[str | None, str]:
     if not isinstance(policy, str) or not policy:
         return None, "none (the file's info holds no policy)"
     try:
-        from tau2.agent.llm_agent import LLMAgent
+        LLMAgent = _tau2_llm_agent()
     except ImportError as e:
         return None, f"none (tau2 is not installed: {e})"
     # tau2's own property, evaluated on the file's policy: the exact text LLMAgent put first.
@@ -569,17 +608,44 @@ class TraceReader:
 
     def _lines(self, fmt: str) -> Iterator[Episode | Excluded]:
         parse = _LINE_PARSERS[fmt]
+        latest = self._latest_lines() if fmt == "contextrender" else {}
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 if not raw.strip():
                     continue
                 where = f"{self.path}:{lineno}"
                 try:
-                    yield parse(self._decode(raw, where), where, lineno)
+                    obj = self._decode(raw, where)
+                    job_task = job_task_of_key(obj.get("key")) if latest and isinstance(obj, dict) else None
+                    if job_task is not None and latest.get(job_task, lineno) != lineno:
+                        yield Excluded(SUPERSEDED)
+                        continue
+                    yield parse(obj, where, lineno)
                 except TraceError as e:
                     if self.strict:
                         raise
                     self._skip(e)
+
+    def _latest_lines(self) -> dict[str, int]:
+        """Runner trace lines: the last line of each job and task (key without its config hash).
+
+        A job rerun with another config (a changed weight, model setting or embedding under the same
+        method name) appends its traces to the same file; like the tables (``analysis.tables.dedupe``),
+        replay takes the latest run of each task, so no task is counted twice. Lines that do not decode
+        are left to the main pass, which reports them."""
+        latest: dict[str, int] = {}
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                if b'"key"' not in raw:
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                job_task = job_task_of_key(obj.get("key")) if isinstance(obj, dict) else None
+                if job_task is not None:
+                    latest[job_task] = lineno
+        return latest
 
     @staticmethod
     def _decode(raw: bytes, where: str) -> Any:

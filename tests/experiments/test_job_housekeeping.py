@@ -106,6 +106,24 @@ def test_task_selection_is_out_of_the_config_hash_but_results_are_in():
     assert h("benchmark.category=multi_turn_base") != base
 
 
+def test_a_rerun_with_another_config_is_replayed_once_per_task_the_latest(tmp_path):
+    """The runner appends a rerun's traces (another config hash, same job) to the job's trace file; the
+    tables count the latest record per task, and so does replay: the earlier traces are excluded, named."""
+    from contextrender.experiments.evaluation.traces import SUPERSEDED, read_traces
+
+    over = ("method=prune", "budget=1500")
+    run_job(job(tmp_path, *over, "benchmark.limit=2"))
+    run_job(job(tmp_path, *over, "benchmark.limit=3", "limits.max_steps=7"))  # in the hash: all 3 run again
+    path = tmp_path / "traces" / f"{STEM.format('prune', 1500)}.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(lines) == 5 and len({x["key"].rsplit("|", 1)[1] for x in lines}) == 2
+    reader = read_traces(path)
+    eps = list(reader)
+    assert [e.line for e in eps] == [3, 4, 5]  # the second run's, one per task
+    assert sorted(e.task_id for e in eps) == sorted(x["task_id"] for x in lines[2:])
+    assert reader.summary()["excluded"] == {SUPERSEDED: 2}
+
+
 @pytest.mark.parametrize("budget", [0, -5])
 def test_a_non_positive_budget_is_refused_before_anything_is_created(tmp_path, budget):
     run_dir = tmp_path / "run"

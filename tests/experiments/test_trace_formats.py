@@ -122,6 +122,28 @@ def test_tau2_retail_is_read_as_the_agent_saw_it():
                                           for c in theirs["tool_calls"]]
 
 
+def test_reading_tau2_results_keeps_tau2s_import_logs_out_and_its_logging_on():
+    """A fresh interpreter (tau2 not imported yet): the reader imports tau2 to rebuild the system prompt;
+    tau2's import-time loguru lines (a missing .env, litellm's cache) do not reach stderr, and tau2's
+    logging is enabled again afterwards (nothing else of the caller's loguru setup changes)."""
+    pytest.importorskip("tau2.agent.llm_agent")
+    code = ("import sys\n"
+            "from loguru import logger\n"
+            "from contextrender.experiments.evaluation.traces import read_traces\n"
+            f"eps = list(read_traces({str(TAU2_RETAIL)!r}))\n"
+            "assert 'tau2.agent.llm_agent' in sys.modules and eps[0].messages[0]['role'] == 'system'\n"
+            "logger.remove(); logger.add(sys.stdout, format='{name}|{message}')\n"
+            # loguru decides by the calling module's __name__: a call made as a tau2 module would
+            "exec(\"logger.warning('after-read')\", {'__name__': 'tau2.probe', 'logger': logger})\n")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "No .env file found" not in done.stderr and "tau2." not in done.stderr, done.stderr
+    assert "tau2.probe|after-read" in done.stdout  # tau2's messages pass again after the read
+
+
 def test_tau2_arguments_become_the_string_tau2_sends_back():
     [first_call] = [m for m in next(iter(read_traces(TAU2_RETAIL))).messages if m.get("tool_calls")][:1]
     stored = raw(TAU2_RETAIL)["simulations"][0]["messages"][4]["tool_calls"][0]["arguments"]
