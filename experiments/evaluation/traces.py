@@ -156,22 +156,22 @@ def validate_messages(messages: Any, where: str) -> list[Message]:
     return parsed
 
 
+def _key_parts(key: Any) -> list[str] | None:
+    """A runner trace line's ``key`` (``model|benchmark|task|method|budget|hash``) split, or None."""
+    parts = key.split("|") if isinstance(key, str) else []
+    return parts if len(parts) >= 6 else None
+
+
 def _benchmark_of_key(key: Any) -> str | None:
-    """The benchmark in a runner trace line's ``key`` (``model|benchmark|task|method|budget|hash``)."""
-    if isinstance(key, str):
-        parts = key.split("|")
-        if len(parts) >= 6 and parts[1]:
-            return parts[1]
-    return None
+    """The benchmark in a runner trace line's ``key``."""
+    parts = _key_parts(key)
+    return parts[1] or None if parts else None
 
 
 def job_task_of_key(key: Any) -> str | None:
     """A runner trace line's ``key`` without its config hash: ``model|benchmark|task|method|budget``."""
-    if isinstance(key, str):
-        parts = key.split("|")
-        if len(parts) >= 6:
-            return "|".join(parts[:-1])
-    return None
+    parts = _key_parts(key)
+    return "|".join(parts[:-1]) if parts else None
 
 
 #: Why a runner trace line is not replayed when a later line holds the same job and task.
