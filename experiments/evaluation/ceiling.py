@@ -78,3 +78,12 @@ def reuse_by_turn(episode: Episode, events: Sequence[Event] | None = None) -> di
 
 
 __all__ = ["HindsightCeiling", "HindsightChooser", "reuse_by_turn"]
+
+
+def gap_covered(recall: float | None, reference: float | None, ceiling: float | None) -> float | None:
+    """How much of the gap between a reference selector and the ceiling a method covers, in %:
+    (recall − reference) / (ceiling − reference); None when the reference already is at the ceiling
+    (or a value is missing). Below 0: the method covers fewer events than the reference."""
+    if recall is None or reference is None or ceiling is None or ceiling - reference < 1e-9:
+        return None
+    return 100.0 * (recall - reference) / (ceiling - reference)

@@ -86,6 +86,8 @@ PREFETCH_TRACES = 2000
 
 #: The name the hindsight ceiling is replayed under (reported apart from the methods, never a policy).
 CEILING_NAME = "hindsight ceiling"
+#: The method a replay with the ceiling measures "gap covered" from (when it is among the methods).
+GAP_REFERENCE = "contextrender"
 
 
 class ReplayError(RuntimeError):
@@ -140,6 +142,18 @@ class ReplayResult:
     #: the hindsight ceiling's tally (not a policy: experiments/evaluation/ceiling.py), when replayed with one
     ceiling: MethodTally | None = None
 
+    def gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
+        """Per method other than ``reference`` (default :data:`GAP_REFERENCE`), the share of the gap
+        between it and the hindsight ceiling the method covers, in % (None: no gap); None without a
+        ceiling or without the reference among the methods."""
+        ref = reference or GAP_REFERENCE
+        if self.ceiling is None or ref not in self.methods:
+            return None
+        from contextrender.experiments.evaluation.ceiling import gap_covered
+
+        base, top = self.methods[ref].stats.pct, self.ceiling.stats.pct
+        return {name: gap_covered(t.stats.pct, base, top) for name, t in self.methods.items() if name != ref}
+
     def to_json(self) -> dict[str, Any]:
         out = {
             "budget": self.budget,
@@ -151,6 +165,9 @@ class ReplayResult:
         }
         if self.ceiling is not None:
             out["ceiling"] = self.ceiling.summary()
+            gaps = self.gap_covered()
+            if gaps is not None:
+                out["gap_covered"] = {"reference": GAP_REFERENCE, "methods": gaps}
         # Only a replay of files has these; a replay of in-memory episodes (make plus) keeps its old keys.
         if self.sources is not None:
             out["sources"] = self.sources
@@ -679,6 +696,11 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         lines += ["", "Hindsight ceiling: at each turn it knows which results that turn reuses and shows the "
                       "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
                       "the most reuse events any selector with that scope can cover (not a policy)."]
+        gaps = result.gap_covered()
+        if gaps:
+            covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in gaps.items())
+            lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
+                          f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {covered}."]
     lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)

@@ -54,7 +54,7 @@ from contextrender import offline
 from contextrender.compaction import make_compactor
 from contextrender.embed import make_embedder
 from contextrender.experiments import catalogue
-from contextrender.experiments.evaluation.ceiling import HindsightCeiling
+from contextrender.experiments.evaluation.ceiling import HindsightCeiling, gap_covered
 from contextrender.experiments.evaluation.recall import AGE_BINS, FirstAppearance
 from contextrender.experiments.evaluation.replay import (
     MemoCompactor,
@@ -1021,13 +1021,6 @@ def oracle_pairs(orc: Mapping[str, Any]) -> list[tuple[str, str, float, float]]:
                 if v["mean"] is not None and c is not None:
                     out.append((bench, b, float(v["mean"]), float(c)))
     return out
-
-
-def gap_covered(plus: float | None, cr: float | None, ceiling: float | None) -> float | None:
-    """(plus − cr) / (ceiling − cr) in %, or None when contextrender already is at the ceiling."""
-    if plus is None or cr is None or ceiling is None or ceiling - cr < 1e-9:
-        return None
-    return 100.0 * (plus - cr) / (ceiling - cr)
 
 
 def acceptance(evald: Mapping[str, Any], budget: str = "2000") -> list[dict[str, Any]]:

@@ -293,7 +293,7 @@ def test_cli_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "ceiling",
-                         "sources", "benchmark", "method_settings"]
+                         "gap_covered", "sources", "benchmark", "method_settings"]
     assert (res["budget"], res["traces"], res["skipped_lines"]) == (300, 3, 0)
     assert res["sources"] == {"files": [{"path": str(traces.resolve()), "format": "contextrender", "episodes": 3,
                                          "skipped": 0}], "ignored": []}
@@ -316,6 +316,15 @@ def test_cli_end_to_end(tmp_path):
     assert ceil["over_budget_renders"] == 0 and ceil["renders"] == res["methods"]["contextrender"]["renders"]
     assert all(ceil["recall"] >= m["recall"] for m in res["methods"].values())
     assert "hindsight ceiling* (not a policy) |" in proc.stdout
+    # how much of contextrender's gap to the ceiling the other methods cover, in the file and printed
+    cr, rec, top = (x["recall"] for x in (res["methods"]["contextrender"], res["methods"]["cr_recency"], ceil))
+    gap = res["gap_covered"]
+    assert gap["reference"] == "contextrender" and list(gap["methods"]) == ["cr_recency"]
+    if top - cr < 1e-9:
+        assert gap["methods"]["cr_recency"] is None  # no gap to cover
+    else:
+        assert gap["methods"]["cr_recency"] == pytest.approx(100 * (rec - cr) / (top - cr))
+    assert "Gap to the ceiling covered, from contextrender" in proc.stdout
 
 
 @pytest.mark.slow
@@ -353,8 +362,25 @@ def test_the_hindsight_ceiling_bounds_the_selectors_and_reaches_what_they_miss(t
     assert min(hits.values()) < res.events.events  # the budget is tight enough to miss some
     assert all(res.ceiling.stats.hits >= h for h in hits.values()), (res.ceiling.stats.hits, hits)
     assert res.to_json()["ceiling"]["recall"] == res.ceiling.summary()["recall"]
+    # gap covered, from contextrender: at B=400 the ceiling covers more than contextrender, and prune
+    # fewer (a negative share); at B=300 contextrender is at the ceiling (no gap to cover)
+    wide = replay_traces(FIXTURES, 400, ["prune", "contextrender"], embedder=HashingEmbedder(dim=64),
+                         compactor=ExtractiveCompactor())
+    cr, pr, top = (t.stats.pct for t in (wide.methods["contextrender"], wide.methods["prune"], wide.ceiling))
+    assert pr < cr < top
+    gaps = wide.gap_covered()
+    assert list(gaps) == ["prune"] and gaps["prune"] == pytest.approx(100 * (pr - cr) / (top - cr)) and gaps["prune"] < 0
+    assert wide.to_json()["gap_covered"] == {"reference": "contextrender", "methods": gaps}
+    assert f"prune {gaps['prune']:.0f} %" in markdown_table(wide)
+    assert wide.gap_covered("prune") == {"contextrender": pytest.approx(100 * (cr - pr) / (top - pr))}
+    level = replay_traces(FIXTURES, 300, ["prune", "contextrender"], embedder=HashingEmbedder(dim=64),
+                          compactor=ExtractiveCompactor())
+    assert level.methods["contextrender"].stats.pct == level.ceiling.stats.pct
+    assert level.gap_covered() == {"prune": None} and "prune no gap" in markdown_table(level)
     off = replay_traces(FIXTURES, 150, ["contextrender"], embedder=HashingEmbedder(dim=64), ceiling=False)
-    assert off.ceiling is None and "ceiling" not in off.to_json()
+    assert off.ceiling is None and "ceiling" not in off.to_json() and off.gap_covered() is None
+    alone = replay_traces(FIXTURES, 150, ["prune"], embedder=HashingEmbedder(dim=64))
+    assert alone.gap_covered() is None and "gap_covered" not in alone.to_json()  # no contextrender to start from
     with pytest.raises(ValueError, match="hindsight ceiling"):
         replay(episodes(*FIXTURES), {CEILING_NAME: object()}, 150, tmp_path / "g.sqlite",
                ceiling=HindsightCeiling(embedder=HashingEmbedder(dim=64)))
