@@ -212,10 +212,11 @@ def _tau2_llm_agent() -> Any:
 
     if "tau2.agent.llm_agent" in sys.modules:
         return sys.modules["tau2.agent.llm_agent"].LLMAgent
+    logger: Any = None
     try:
         from loguru import logger
     except ImportError:  # tau2 depends on loguru: without it, the import below fails on its own
-        logger = None
+        pass
     if logger is not None:
         logger.disable("tau2")
     try:
@@ -388,7 +389,7 @@ def bfcl_messages(log_: Any, where: str) -> list[dict[str, Any]]:
                                 "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
                         out.append({"role": "assistant", "content": None, "tool_calls": calls} if calls
                                    else {"role": "assistant", "content": ""})
-                        pending = [c["id"] for c in calls]
+                        pending = [str(c["id"]) for c in calls]
                     elif content is None or isinstance(content, str):
                         out.append({"role": "assistant", "content": content})
                         pending = None
