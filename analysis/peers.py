@@ -219,7 +219,8 @@ def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), 
                  "mean over T (tasks whose Full run exceeded B), divided by Full's (a ratio of means).")
     for rep in replays:
         ev = rep.get("events_by_age") or {}
-        ms = next(iter((rep.get("methods") or {}).values()), {}).get("measures") or {}
+        first: Mapping[str, Any] = next(iter((rep.get("methods") or {}).values()), {})
+        ms = first.get("measures") or {}
         uses = ms.get("identifier_uses_by_age") or {}
         notes.append(f"{replay_benchmark(rep) or '(replay)'} at B={rep['budget']}: recall and the replay measures "
                      f"from replaying {rep.get('traces')} recorded Full-history traces with every method; "

@@ -375,7 +375,7 @@ def write_table(t: Table, out: str | Path) -> list[Path]:
 
 def setting_notes(df: pd.DataFrame) -> list[str]:
     """Labels for offline-oracle and synthetic-data records (not comparable to the paper)."""
-    notes = []
+    notes: list[str] = []
     if df.empty:
         return notes
     off = df[df["offline"]]
@@ -569,12 +569,13 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
             has_own = ((t2["model"] == model) & (t2["benchmark"] == bench) & t2["budget"].eq(budget).fillna(False)
                        & (t2["metric"] == "later_used_recall")).any()
             ref_setting = (model, bench, budget) if has_own else PAPER_RECALL_REFERENCE
+            ref_model, ref_bench, ref_budget = ref_setting
             for method, s in recall_entries(recall):
                 by_age = s.get("recall_by_age") or {}
                 row = {"model": model, "benchmark": bench, "budget": budget, "method": method,
                        "recall": s.get("recall"), **{f"recall_{b}": by_age.get(b) for b in AGE_BINS},
-                       "paper_recall": p2(*ref_setting[:2], method, ref_setting[2], "later_used_recall"),
-                       **{f"paper_recall_{b}": p2(*ref_setting[:2], method, ref_setting[2],
+                       "paper_recall": p2(ref_model, ref_bench, method, ref_budget, "later_used_recall"),
+                       **{f"paper_recall_{b}": p2(ref_model, ref_bench, method, ref_budget,
                                                   f"later_used_recall_age_{b}") for b in AGE_BINS},
                        "paper_setting": "{} / {} / B={}".format(*ref_setting)}
                 rrows.append(row)

@@ -71,9 +71,9 @@ class InspectEdit:
             for c in m.tool_calls:
                 if c.name in self.exclude_tools:
                     continue
-                r = by_call.get((s, c.id))
-                if r is not None:
-                    uses.append(r)
+                seq = by_call.get((s, c.id))
+                if seq is not None:
+                    uses.append(seq)
         if self.keep_tool_uses == 0:
             return uses
         return uses[: -self.keep_tool_uses] if len(uses) > self.keep_tool_uses else []

@@ -124,7 +124,7 @@ def result_config(cfg: DictConfig) -> dict[str, Any]:
     """The config that determines results (hashed into every record key)."""
     d = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(d, dict)
-    out = {k: v for k, v in d.items() if k not in _RUN_CONTROL}
+    out = {str(k): v for k, v in d.items() if k not in _RUN_CONTROL}
     if isinstance(out.get("benchmark"), dict):
         out["benchmark"] = {k: v for k, v in out["benchmark"].items() if k not in _TASK_SELECTION}
     return out

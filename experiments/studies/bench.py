@@ -78,7 +78,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +224,7 @@ class TimedFlowIndex(FlowIndex):
         finally:
             self.update_s += time.perf_counter() - t0
 
-    def reuse_scores(self) -> dict[int, float]:
+    def reuse_scores(self) -> Mapping[int, float]:
         t0 = time.perf_counter()
         try:
             return super().reuse_scores()
