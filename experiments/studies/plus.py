@@ -90,6 +90,9 @@ FIT_SETS = ("bfcl", "tau2_retail", "synth", "moqa")
 EVAL_ONLY = ("tau2_airline", "moqa_fresh")
 FIT_BUDGETS = (2000,)
 EVAL_BUDGETS = (2000,)
+#: Budgets the plus is also reported at (held-out, never fitted there), with contextrender and the bounds only.
+OTHER_BUDGETS = (1000, 4000)
+OTHER_SPECS = ("contextrender_plus", "contextrender")
 PAPER_PARAMS = {"lam": 0.3, "gamma": 0.2, "weights": {"recency": 1.0, "relevance": 1.0, "reuse": 1.0}}
 
 
@@ -753,6 +756,35 @@ def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]],
     return out
 
 
+def evaluate_other_budgets(split: Mapping[str, Mapping[str, Sequence[Episode]]],
+                           budgets: Sequence[int] = OTHER_BUDGETS) -> dict[str, Any]:
+    """As :func:`evaluate`, at budgets the fit never saw, for the plus and contextrender (with the ceiling
+    and the set's references): does the B=2000 fit carry over to a tighter and a looser budget?"""
+    specs = {k: v for k, v in eval_specs().items() if k in OTHER_SPECS}
+    out: dict[str, Any] = {}
+    for set_name, parts in split.items():
+        for b in budgets:
+            res = run_replay(specs, parts["test"], b, with_ceilings=True, references=SET_REFERENCES.get(set_name, ()))
+            out.setdefault(set_name, {})[str(b)] = res.to_json()
+            log.info("%s B=%d: %s", set_name, b, {k: round(t.stats.pct or 0, 1) for k, t in res.methods.items()})
+    return out
+
+
+def budget_rows(evald: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per held-out set and budget (the evaluation's and the other budgets, in order of B): contextrender,
+    plus, ceiling, gap covered, plus's renders above B."""
+    rows = []
+    for set_name in evald:
+        by_b = {**evald[set_name], **other.get(set_name, {})}
+        for b in sorted(by_b, key=int):
+            ms = by_b[b]["methods"]
+            cr, pl, ce = (ms[k]["recall"] for k in ("contextrender", "contextrender_plus", CEILINGS[0]))
+            rows.append({"set": set_name, "budget": int(b), "events": by_b[b]["events"], "contextrender": cr,
+                         "contextrender_plus": pl, "ceiling": ce, "gap_covered": gap_covered(pl, cr, ce),
+                         "over_budget": ms["contextrender_plus"]["over_budget_renders"], "fitted": int(b) in FIT_BUDGETS})
+    return rows
+
+
 # -- oracle task accuracy ------------------------------------------------------------------
 
 PLUS_SOURCE = ROOT / "contextrender" / "plus.py"
@@ -1063,7 +1095,8 @@ def _call_summary(fitted: Mapping[str, Any]) -> str:
     return text
 
 
-def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str, Any] | None) -> str:
+def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str, Any] | None,
+           other: Mapping[str, Any] | None = None) -> str:
     prior = fitted.get("tool_prior", {})
     top = sorted(prior.items(), key=lambda kv: -kv[1])[:8]
     lines = ["# contextrender_plus — beyond the paper (ours, NOT the paper's method)", "",
@@ -1117,6 +1150,18 @@ def report(evald: Mapping[str, Any], fitted: Mapping[str, Any], orc: Mapping[str
               + "; ".join(f"{r['set']} {r['contextrender'] + 0.8 * (r['ceiling'] - r['contextrender']):.1f}"
                           for r in acceptance(evald) if r["causal_reference"] is not None
                           and r["contextrender"] is not None and r["ceiling"] is not None) + ".", ""]
+    if other:
+        lines += ["## Other budgets (held-out; the fit saw B=" + "/".join(map(str, FIT_BUDGETS)) + " only)", "",
+                  "The same held-out traces and the same configuration at a tighter and a looser budget.", "",
+                  "| held-out set | B | events | contextrender | contextrender_plus | hindsight ceiling | gap covered "
+                  "| plus over-B renders |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in budget_rows(evald, other):
+            gap = "no gap" if r["gap_covered"] is None else f"{r['gap_covered']:.0f} %"
+            fit_b = " (the fit's B)" if r["fitted"] else ""
+            lines.append(f"| {r['set']} | {r['budget']}{fit_b} | {r['events']} | "
+                         f"{_f(r['contextrender'])} | {_f(r['contextrender_plus'])} | {_f(r['ceiling'])} | {gap} | "
+                         f"{r['over_budget']} |")
+        lines.append("")
     if orc:
         benches = list(orc)
         labels = list(dict.fromkeys(m for bench in benches for m in orc[bench]))
@@ -1222,14 +1267,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if a.stage in ("all", "eval"):
         check_config(fitted)
         write_json(OUT / "plus_recall.json", evaluate(split))
+        write_json(OUT / "plus_budgets.json", evaluate_other_budgets(split))
     if a.stage in ("all", "oracle"):
         write_json(OUT / "oracle.json", oracle())
     if a.stage in ("all", "eval", "oracle", "report"):
         evald = json.loads((OUT / "plus_recall.json").read_text())
         orc = json.loads((OUT / "oracle.json").read_text()) if (OUT / "oracle.json").is_file() else None
-        (OUT / "plus.md").write_text(report(evald, fitted, orc), encoding="utf-8")
+        other = json.loads((OUT / "plus_budgets.json").read_text()) if (OUT / "plus_budgets.json").is_file() else None
+        (OUT / "plus.md").write_text(report(evald, fitted, orc, other), encoding="utf-8")
         write_json(OUT / "plus.json", {"fit": {k: v for k, v in fitted.items() if k != "history"},
-                                       "recall_test": evald, "oracle": orc})
+                                       "recall_test": evald, "oracle": orc,
+                                       "recall_test_other_budgets": other})
         plot(evald, orc, OUT / "plus.png")
 
 

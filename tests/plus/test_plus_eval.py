@@ -84,6 +84,28 @@ def test_verdict_names_each_set_by_the_measured_gap():
     assert pe.verdict({"bfcl": _row(97.5, 97.5, 97.5)}, None).startswith("- Verdict: no held-out set has a gap")
 
 
+def test_other_budgets_are_reported_beside_the_fitted_one(episodes):
+    """The held-out traces at budgets the fit never saw: plus, contextrender and the ceiling per B, in order."""
+    other = pe.evaluate_other_budgets({"synth": {"train": [], "test": episodes[:2]}}, budgets=(600, 4000))
+    assert set(other["synth"]) == {"600", "4000"}
+    ms = other["synth"]["600"]["methods"]
+    assert set(ms) == set(pe.OTHER_SPECS) | set(pe.CEILINGS) | set(pe.SET_REFERENCES["synth"])
+    assert ms["contextrender"]["recall"] <= ms[pe.CEILINGS[0]]["recall"]
+    rows = pe.budget_rows({"synth": _row(80.0, 90.0, 100.0)}, other)
+    assert [(r["budget"], r["fitted"]) for r in rows] == [(600, False), (2000, True), (4000, False)]
+    assert (rows[1]["events"], rows[1]["gap_covered"]) == (10, 50.0)
+    tight = rows[0]
+    assert tight["contextrender"] == ms["contextrender"]["recall"] and tight["over_budget"] == 0
+    assert tight["gap_covered"] == pe.gap_covered(tight["contextrender_plus"], tight["contextrender"], tight["ceiling"])
+    evald = pe.evaluate({"synth": {"train": [], "test": episodes[:2]}}, budgets=(2000,))
+    fitted = {"params": {}, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {}, "fit_sets": ["synth"],
+              "tool_prior": {}, "prior_default": 0.1}
+    md = pe.report(evald, fitted, None, other)
+    assert "## Other budgets" in md and "| synth | 2000 (the fit's B) |" in md
+    assert f"| synth | 600 | {other['synth']['600']['events']} | {ms['contextrender']['recall']:.1f} |" in md
+    assert "## Other budgets" not in pe.report(evald, fitted, None)
+
+
 def test_gap_covered():
     assert pe.gap_covered(95.0, 90.0, 100.0) == 50.0
     assert pe.gap_covered(97.0, 97.0, 97.0) is None  # no gap: contextrender already is at the ceiling
