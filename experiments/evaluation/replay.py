@@ -152,6 +152,8 @@ class ReplayResult:
         from contextrender.experiments.evaluation.ceiling import gap_covered
 
         base, top = self.methods[ref].stats.pct, self.ceiling.stats.pct
+        if base is None or top is None:  # no reuse event at all: nothing to cover, nothing to say
+            return None
         return {name: gap_covered(t.stats.pct, base, top) for name, t in self.methods.items() if name != ref}
 
     def to_json(self) -> dict[str, Any]:
@@ -634,7 +636,7 @@ def _sources_lines(result: ReplayResult) -> list[str]:
     lines = [""]
     for f in result.sources["files"]:
         extra = [f"{f['skipped']} skipped"] if f["skipped"] else []
-        extra += [f"{n} not run ({r})" for r, n in (f.get("excluded") or {}).items()]
+        extra += [f"{n} excluded ({r})" for r, n in (f.get("excluded") or {}).items()]
         lines.append(f"- {f['path']}: {f['format']}, {f['episodes']} episodes" + (f" ({'; '.join(extra)})" if extra else ""))
     if result.sources["ignored"]:
         lines.append(f"- {len(result.sources['ignored'])} files ignored (not trace files)")

@@ -8,10 +8,10 @@ such transcripts. Four file formats are read (:data:`FORMATS`):
     Our JSONL: one ``{"task_id": str, "messages": [OpenAI messages]}`` per line
     (the runner's trace files, ``contextrender export``). Messages are kept as
     recorded; tool-call argument strings stay exactly as the model emitted them.
-    The runner's lines also carry the record ``key``; of several lines of one
-    job and task (a rerun with another config hash), only the last is read and
-    the earlier ones are excluded (:data:`SUPERSEDED`), as the tables count only
-    the latest record.
+    The runner's lines also carry the record ``key``; of several valid lines of
+    one job and task (a rerun with another config hash), only the last is
+    replayed and the earlier ones are excluded (:data:`SUPERSEDED`, still
+    validated), as the tables count only the latest record.
 ``tau2``
     τ²-bench ``Results`` JSON, what ``tau2 run`` writes (``{"timestamp", "info",
     "tasks", "simulations": [{"task_id", "trial", "messages", ...}]}``), read as
@@ -125,7 +125,8 @@ class Episode:
 
 @dataclass(frozen=True)
 class Excluded:
-    """A record its source marks as not run (an error sample): counted, not replayed, not an error."""
+    """A record not replayed, not an error, counted with its reason: one its source marks as not run
+    (an error sample), or a runner trace a later one of the same job and task supersedes."""
 
     reason: str
 
@@ -174,8 +175,14 @@ def job_task_of_key(key: Any) -> str | None:
     return "|".join(parts[:-1]) if parts else None
 
 
-#: Why a runner trace line is not replayed when a later line holds the same job and task.
-SUPERSEDED = "superseded by a later trace of the same job and task (another config: the tables count the latest)"
+#: Why a runner trace line is not replayed when a later valid line holds the same job and task.
+SUPERSEDED = "superseded by a later trace of the same job and task (the tables count the latest record too)"
+
+
+def _job_task_of(obj: Any, episode: Episode) -> tuple[str, str] | None:
+    """(job and task of a runner line's key, the episode's task id), or None for a line without a key."""
+    job_task = job_task_of_key(obj.get("key")) if isinstance(obj, dict) else None
+    return None if job_task is None else (job_task, episode.task_id)
 
 
 def parse_episode(obj: Any, where: str, line: int = 0) -> Episode:
@@ -207,7 +214,9 @@ def _trial_id(task_id: Any, trial: Any) -> str:
 def _tau2_llm_agent() -> Any:
     """tau2's ``LLMAgent`` class. Importing tau2 the first time logs through loguru (a missing .env,
     litellm's cache settings), which says nothing about the file being read: tau2's own messages are
-    disabled for the import only, and nothing else of loguru's configuration is touched."""
+    disabled during that import and enabled after it (loguru has no public way to read the previous
+    state, so a caller who had disabled "tau2" before tau2 was first imported disables it again);
+    sinks, levels and every other module's messages are not touched."""
     import sys
 
     if "tau2.agent.llm_agent" in sys.modules:
@@ -617,33 +626,37 @@ class TraceReader:
                 where = f"{self.path}:{lineno}"
                 try:
                     obj = self._decode(raw, where)
-                    job_task = job_task_of_key(obj.get("key")) if latest and isinstance(obj, dict) else None
+                    episode = parse(obj, where, lineno)  # a superseded line is still validated
+                    job_task = _job_task_of(obj, episode) if latest and isinstance(episode, Episode) else None
                     if job_task is not None and latest.get(job_task, lineno) != lineno:
                         yield Excluded(SUPERSEDED)
                         continue
-                    yield parse(obj, where, lineno)
+                    yield episode
                 except TraceError as e:
                     if self.strict:
                         raise
                     self._skip(e)
 
-    def _latest_lines(self) -> dict[str, int]:
-        """Runner trace lines: the last line of each job and task (key without its config hash).
+    def _latest_lines(self) -> dict[tuple[str, str], int]:
+        """Runner trace lines: the last VALID line of each job and task (the key without its config
+        hash, and the episode's task id).
 
         A job rerun with another config (a changed weight, model setting or embedding under the same
         method name) appends its traces to the same file; like the tables (``analysis.tables.dedupe``),
-        replay takes the latest run of each task, so no task is counted twice. Lines that do not decode
-        are left to the main pass, which reports them."""
-        latest: dict[str, int] = {}
+        replay takes the latest trace of each task, so no task is counted twice. A line that does not
+        decode or validate supersedes nothing (the main pass reports it), so a broken rerun line never
+        hides the good one before it."""
+        latest: dict[tuple[str, str], int] = {}
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 if b'"key"' not in raw:
                     continue
                 try:
-                    obj = json.loads(raw)
-                except (ValueError, UnicodeDecodeError):
+                    obj = self._decode(raw, "")
+                    episode = parse_episode(obj, "", lineno)
+                except TraceError:
                     continue
-                job_task = job_task_of_key(obj.get("key")) if isinstance(obj, dict) else None
+                job_task = _job_task_of(obj, episode)
                 if job_task is not None:
                     latest[job_task] = lineno
         return latest

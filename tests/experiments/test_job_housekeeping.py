@@ -124,6 +124,35 @@ def test_a_rerun_with_another_config_is_replayed_once_per_task_the_latest(tmp_pa
     assert reader.summary()["excluded"] == {SUPERSEDED: 2}
 
 
+def test_only_a_valid_later_trace_supersedes_and_superseded_lines_are_still_validated(tmp_path):
+    """A rerun line that is broken hides nothing (lenient: it is skipped, the earlier one replayed); a
+    line without a key (``contextrender export``) or of another task id is never superseded; in strict
+    mode an earlier malformed line still raises, although a later line would supersede it."""
+    from contextrender.experiments.evaluation.traces import SUPERSEDED, TraceError, read_traces
+
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    key = "oracle|bfcl|t1|prune|1500|{}"
+    good = lambda tid, k: json.dumps({"task_id": tid, "key": k, "messages": msgs})  # noqa: E731
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([
+        good("t1", key.format("aaa")),                                       # 1: superseded by 4
+        json.dumps({"task_id": "t1", "messages": msgs}),                     # 2: no key: kept
+        good("other", key.format("bbb")),                                    # 3: another task id: kept
+        good("t1", key.format("ccc")),                                       # 4: the latest valid t1
+        json.dumps({"task_id": "t1", "key": key.format("ddd"), "messages": [{"role": "tool"}]}),  # 5: broken
+    ]) + "\n")
+    reader = read_traces(path, strict=False)
+    assert [e.line for e in reader] == [2, 3, 4]
+    assert reader.skipped == 1 and reader.summary()["excluded"] == {SUPERSEDED: 1}
+    with pytest.raises(TraceError, match=":5:"):
+        list(read_traces(path))  # strict: the broken line is an error, as before
+    bad_first = tmp_path / "b.jsonl"
+    bad_first.write_text(json.dumps({"task_id": "t1", "key": key.format("aaa"), "messages": "x"}) + "\n"
+                         + good("t1", key.format("ccc")) + "\n")
+    with pytest.raises(TraceError, match=":1:"):
+        list(read_traces(bad_first))
+
+
 @pytest.mark.parametrize("budget", [0, -5])
 def test_a_non_positive_budget_is_refused_before_anything_is_created(tmp_path, budget):
     run_dir = tmp_path / "run"

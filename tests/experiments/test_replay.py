@@ -320,10 +320,9 @@ def test_cli_end_to_end(tmp_path):
     cr, rec, top = (x["recall"] for x in (res["methods"]["contextrender"], res["methods"]["cr_recency"], ceil))
     gap = res["gap_covered"]
     assert gap["reference"] == "contextrender" and list(gap["methods"]) == ["cr_recency"]
-    if top - cr < 1e-9:
-        assert gap["methods"]["cr_recency"] is None  # no gap to cover
-    else:
-        assert gap["methods"]["cr_recency"] == pytest.approx(100 * (rec - cr) / (top - cr))
+    from contextrender.experiments.evaluation.ceiling import gap_covered
+
+    assert gap["methods"]["cr_recency"] == gap_covered(rec, cr, top)  # the formula itself: the test below
     assert "Gap to the ceiling covered, from contextrender" in proc.stdout
 
 
@@ -379,6 +378,11 @@ def test_the_hindsight_ceiling_bounds_the_selectors_and_reaches_what_they_miss(t
     assert level.gap_covered() == {"prune": None} and "prune no gap" in markdown_table(level)
     off = replay_traces(FIXTURES, 150, ["contextrender"], embedder=HashingEmbedder(dim=64), ceiling=False)
     assert off.ceiling is None and "ceiling" not in off.to_json() and off.gap_covered() is None
+    quiet = tmp_path / "no_reuse.jsonl"  # no tool result at all: no reuse event, recall undefined
+    write_trace(quiet, "chat", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    none = replay_traces(quiet, 150, ["prune", "contextrender"], embedder=HashingEmbedder(dim=64))
+    assert none.events.events == 0 and none.gap_covered() is None and "gap_covered" not in none.to_json()
+    assert "Gap to the ceiling" not in markdown_table(none)
     alone = replay_traces(FIXTURES, 150, ["prune"], embedder=HashingEmbedder(dim=64))
     assert alone.gap_covered() is None and "gap_covered" not in alone.to_json()  # no contextrender to start from
     with pytest.raises(ValueError, match="hindsight ceiling"):

@@ -10,6 +10,7 @@ published τ-bench v1 format (``make_taubench_fixture.py``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -138,7 +139,8 @@ def test_reading_tau2_results_keeps_tau2s_import_logs_out_and_its_logging_on():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # tau2 imports litellm: no network cost map
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert "No .env file found" not in done.stderr and "tau2." not in done.stderr, done.stderr
     assert "tau2.probe|after-read" in done.stdout  # tau2's messages pass again after the read
