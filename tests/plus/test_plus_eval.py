@@ -103,6 +103,8 @@ def test_other_budgets_are_reported_beside_the_fitted_one(episodes):
     md = pe.report(evald, fitted, None, other)
     assert "## Other budgets" in md and "| synth | 2000 (the fit's B) |" in md
     assert f"| synth | 600 | {other['synth']['600']['events']} | {ms['contextrender']['recall']:.1f} |" in md
+    ref = ms[pe.SET_REFERENCES["synth"][0]]["recall"]
+    assert tight["causal_reference"] == ref and f"| {ref:.1f} |" in md.split("## Other budgets")[1]
     assert "## Other budgets" not in pe.report(evald, fitted, None)
 
 
