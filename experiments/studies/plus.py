@@ -35,6 +35,7 @@ probabilities but nothing of the future — what any selector that sees only the
 from __future__ import annotations
 
 import argparse
+import bisect
 import hashlib
 import itertools
 import json
@@ -541,6 +542,7 @@ def _result_outcomes(episode: Episode) -> Iterator[tuple[str, Mapping[str, Any] 
 
     msgs = list(episode.messages)
     used = {(e.j, e.result_seq) for e in reuse_events(msgs)}
+    turns = episode.assistant_indices  # transcript index of invocation j, increasing
     calls: dict[Any, Mapping[str, Any]] = {}
     for r, m in enumerate(msgs):
         for tc in m.get("tool_calls") or []:
@@ -548,7 +550,7 @@ def _result_outcomes(episode: Episode) -> Iterator[tuple[str, Mapping[str, Any] 
         if m.get("role") != "tool":
             continue
         fn = calls.get(m.get("tool_call_id"))
-        later = [j for j, idx in enumerate(episode.assistant_indices) if idx > r]
+        later = range(bisect.bisect_right(turns, r), len(turns))  # the invocations after the result
         yield (fn["name"] if fn else "tool"), fn, len(later), sum((j, r) in used for j in later)
 
 
@@ -738,10 +740,10 @@ def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
     return run_replay({}, episodes, budget, with_ceilings=True)
 
 
-def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]],
-             budgets: Sequence[int] = EVAL_BUDGETS) -> dict[str, Any]:
+def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], budgets: Sequence[int] = EVAL_BUDGETS,
+             specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None) -> dict[str, Any]:
     """Replay every TEST half (τ²-airline: every trace) once per budget through every spec and the ceiling."""
-    specs = eval_specs()
+    specs = eval_specs() if specs is None else specs
     out: dict[str, Any] = {}
     for set_name, parts in split.items():
         for b in budgets:
@@ -760,14 +762,7 @@ def evaluate_other_budgets(split: Mapping[str, Mapping[str, Sequence[Episode]]],
                            budgets: Sequence[int] = OTHER_BUDGETS) -> dict[str, Any]:
     """As :func:`evaluate`, at budgets the fit never saw, for the plus and contextrender (with the ceiling
     and the set's references): does the B=2000 fit carry over to a tighter and a looser budget?"""
-    specs = {k: v for k, v in eval_specs().items() if k in OTHER_SPECS}
-    out: dict[str, Any] = {}
-    for set_name, parts in split.items():
-        for b in budgets:
-            res = run_replay(specs, parts["test"], b, with_ceilings=True, references=SET_REFERENCES.get(set_name, ()))
-            out.setdefault(set_name, {})[str(b)] = res.to_json()
-            log.info("%s B=%d: %s", set_name, b, {k: round(t.stats.pct or 0, 1) for k, t in res.methods.items()})
-    return out
+    return evaluate(split, budgets, {k: v for k, v in eval_specs().items() if k in OTHER_SPECS})
 
 
 def budget_rows(evald: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -777,13 +772,7 @@ def budget_rows(evald: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict
     for set_name in evald:
         by_b = {**evald[set_name], **other.get(set_name, {})}
         for b in sorted(by_b, key=int):
-            ms = by_b[b]["methods"]
-            cr, pl, ce = (ms[k]["recall"] for k in ("contextrender", "contextrender_plus", CEILINGS[0]))
-            ref = next((ms[k]["recall"] for k in SET_REFERENCES.get(set_name, ()) if k in ms), None)
-            rows.append({"set": set_name, "budget": int(b), "events": by_b[b]["events"], "contextrender": cr,
-                         "contextrender_plus": pl, "ceiling": ce, "gap_covered": gap_covered(pl, cr, ce),
-                         "causal_reference": ref, "reachable_covered": gap_covered(pl, cr, ref),
-                         "over_budget": ms["contextrender_plus"]["over_budget_renders"], "fitted": int(b) in FIT_BUDGETS})
+            rows.append({**gap_row(set_name, by_b[b]), "budget": int(b), "fitted": int(b) in FIT_BUDGETS})
     return rows
 
 
@@ -1070,21 +1059,28 @@ def oracle_pairs(orc: Mapping[str, Any]) -> list[tuple[str, str, float, float]]:
     return out
 
 
+def gap_row(set_name: str, res: Mapping[str, Any]) -> dict[str, Any]:
+    """One replay of a held-out set (its JSON): contextrender, plus, ceiling, gap covered, the set's causal
+    reference and the share of the gap to it, plus's renders above B."""
+    ms = res["methods"]
+    cr, pl, ce = (ms[k]["recall"] for k in ("contextrender", "contextrender_plus", CEILINGS[0]))
+    ref = next((ms[k]["recall"] for k in SET_REFERENCES.get(set_name, ()) if k in ms), None)
+    return {"set": set_name, "traces": res["traces"], "events": res["events"], "contextrender": cr,
+            "contextrender_plus": pl, "ceiling": ce, "gap_covered": gap_covered(pl, cr, ce),
+            "causal_reference": ref, "reachable_covered": gap_covered(pl, cr, ref),
+            "over_budget": ms["contextrender_plus"]["over_budget_renders"]}
+
+
 def acceptance(evald: Mapping[str, Any], budget: str = "2000") -> list[dict[str, Any]]:
-    """Per held-out set: contextrender, plus, ceiling, gap covered and whether ≥ 80 % (or no gap and plus ≥ cr)."""
+    """Per held-out set: :func:`gap_row` at ``budget`` and whether ≥ 80 % (or no gap and plus ≥ cr)."""
     rows = []
     for set_name, by_b in evald.items():
         if budget not in by_b:
             continue
-        ms = by_b[budget]["methods"]
-        cr, pl, ce = (ms[k]["recall"] for k in ("contextrender", "contextrender_plus", CEILINGS[0]))
-        g = gap_covered(pl, cr, ce)
+        r = gap_row(set_name, by_b[budget])
+        g, pl, cr = r["gap_covered"], r["contextrender_plus"], r["contextrender"]
         ok = (g is not None and g >= 80.0) or (g is None and pl is not None and cr is not None and pl >= cr - 1e-9)
-        ref = next((ms[k]["recall"] for k in SET_REFERENCES.get(set_name, ()) if k in ms), None)
-        rows.append({"set": set_name, "traces": by_b[budget]["traces"], "events": by_b[budget]["events"],
-                     "contextrender": cr, "contextrender_plus": pl, "ceiling": ce, "gap_covered": g,
-                     "causal_reference": ref, "reachable_covered": gap_covered(pl, cr, ref) if ref is not None else None,
-                     "over_budget": ms["contextrender_plus"]["over_budget_renders"], "met": bool(ok)})
+        rows.append({**r, "met": bool(ok)})
     return rows
 
 
