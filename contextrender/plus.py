@@ -53,6 +53,13 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   words seen in several train episodes). Naive Bayes on the log-odds:
   logit P = logit P(tool) + Σ_w [logit P(tool, w) − logit P(tool)] over the call's fitted words. For a
   tool in the per-tool prior only (the session prior has no words). ``use_call_prior``: the switch.
+- ``trim_prose_first`` (a ContextRender parameter, off there): when the verbatim messages alone exceed B,
+  drop old assistant prose (assistant messages without tool calls, never the newest one) before the
+  oldest units (:func:`~contextrender.render.fit_verbatim`). The project rule drops the oldest units
+  first, and with them the oldest tool calls, whose results then cannot be shown at all — on real
+  multi-turn dialogues those are the user-details lookups every later step reuses. Same target share
+  (50 % of B); the first user message is never dropped. Not fitted: the oracle traces never overflow
+  B at 2000 and hold almost no prose.
 - λ, γ and the weights are plain parameters; conf/method/contextrender_plus.yaml
   carries values fitted on a TRAINING split of traces (experiments/studies/plus.py).
 

@@ -235,8 +235,22 @@ class Trim:
 TRIM_TARGET_SHARE = 0.5
 
 
+def _prose_first_order(session: Session, starts: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+    """Unit indices in drop order for ``prose_first``: prose-only assistant units oldest first (never the
+    newest assistant message among them), then every other unit oldest first."""
+    sizes = np.bincount(inverse, minlength=len(starts))
+    assistant = [i for i, s in enumerate(starts.tolist()) if session.message(s).role == "assistant"]
+    newest = assistant[-1] if assistant else -1
+    prose = np.zeros(len(starts), dtype=bool)
+    for i in assistant:
+        msg = session.message(int(starts[i]))
+        prose[i] = i != newest and sizes[i] == 1 and not msg.tool_calls
+    idx = np.arange(len(starts))
+    return np.concatenate([idx[prose], idx[~prose]])
+
+
 def fit_verbatim(session: Session, scope: Scope, budget: int,
-                 target_share: float = TRIM_TARGET_SHARE) -> Trim:
+                 target_share: float = TRIM_TARGET_SHARE, *, prose_first: bool = False) -> Trim:
     """Charge user/assistant messages first; if they alone exceed B, drop the oldest turns.
 
     The paper does not say what gives when the verbatim messages exceed B
@@ -249,6 +263,15 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
     If the task message alone still exceeds B, its text is clipped so that
     the postcondition Tok(H_t) ≤ B holds (dropped only when B is smaller
     than one message's framing tokens).
+
+    ``prose_first`` (contextrender_plus's ``trim_prose_first``; off for every
+    other policy): the same target, another order — first the assistant
+    messages that are prose alone (no tool calls), oldest first, except the
+    newest assistant message of the history (what the latest user message
+    answers); only then the other units, oldest first. Dropping the oldest
+    units first also drops the oldest tool calls, and their results stop
+    being candidates; old assistant prose mostly restates what those results
+    and the user already said.
     """
     arrays = session.result_arrays()
     # Verbatim messages plus every result as its marker, without a per-message loop.
@@ -264,15 +287,16 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
     # skipping the task's first user message.
     starts, inverse = np.unique(unit, return_inverse=True)
     unit_cost = np.bincount(inverse, weights=cost, minlength=len(starts)).astype(np.int64)
-    droppable = unit_cost.copy()
+    order = _prose_first_order(session, starts, inverse) if prose_first else np.arange(len(starts))
+    droppable = unit_cost[order]
     if first_seq is not None:
-        droppable[starts == first_seq] = 0
+        droppable[starts[order] == first_seq] = 0
     # Smallest k with total − Σ droppable[:k] ≤ target; k = len(starts) if even that is not enough.
     target = int(budget * target_share)
     remaining = total - np.concatenate([[0], np.cumsum(droppable)])
     k = int(np.argmax(remaining <= target)) if (remaining <= target).any() else len(starts)
     drop_unit = np.zeros(len(starts), dtype=bool)
-    drop_unit[:k] = True
+    drop_unit[order[:k]] = True
     if first_seq is not None:
         drop_unit[starts == first_seq] = False
     dropped_mask = drop_unit[inverse]

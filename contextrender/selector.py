@@ -242,6 +242,9 @@ class ContextRender(LazyEmbedder):
         oversized_share: a compacted oversized result may use at most this share of B.
         terms, chooser, filler, marker: extension points for variant selectors (module docstring);
             none of them is the paper's.
+        trim_prose_first: on verbatim overflow, drop old assistant prose before the oldest units
+            (:func:`~contextrender.render.fit_verbatim`); off (the project's spec §5 rule) unless a variant
+            turns it on.
         name: the policy's name in records.
     """
 
@@ -253,7 +256,7 @@ class ContextRender(LazyEmbedder):
                  compactor: Compactor | None = None, oversized_share: float = 0.25,
                  terms: Sequence[ScoreTerm] = (), chooser: Chooser | None = None,
                  filler: BodyFiller | None = None, marker: Callable[[Session, int], str] | None = None,
-                 name: str = "contextrender") -> None:
+                 trim_prose_first: bool = False, name: str = "contextrender") -> None:
         if params is None:
             w = Weights(**dict(weights)) if isinstance(weights, Mapping) else (weights or Weights())
             params = ScoringParams(weights=w, lam=lam, gamma=gamma, diversity=diversity, task_chars=task_chars)
@@ -269,6 +272,9 @@ class ContextRender(LazyEmbedder):
         self.chooser: Chooser = chooser or paper_greedy
         self.filler = filler
         self.marker = marker
+        # Verbatim overflow (spec §5 project rule): the oldest units first; True = old assistant prose first
+        # (render.fit_verbatim's prose_first; contextrender_plus only — the paper's policy keeps the rule).
+        self.trim_prose_first = bool(trim_prose_first)
         self._task_emb: dict[str, np.ndarray] = {}
 
     def render(self, session: Session, budget: int) -> Rendered:
@@ -340,7 +346,7 @@ class ContextRender(LazyEmbedder):
                 counts[np.searchsorted(arrays.seqs, keys)] = np.fromiter(reuse.values(), dtype=np.float64,
                                                                          count=len(reuse))
         with _span(profile, "trim"):
-            trim = fit_verbatim(session, scope, budget)  # spec §5 step 3
+            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first)  # spec §5 step 3
         if len(trim.kept) == len(scope.history):
             cand = np.ones(n, dtype=bool)
         else:

@@ -45,13 +45,14 @@ class HindsightChooser:
 
 
 class HindsightCeiling(ContextRender):
-    """The ceiling as a selector with the hindsight chooser (the same markers and trim as every policy)."""
+    """The ceiling as a selector with the hindsight chooser (the same markers and trim as every policy;
+    ``trim_prose_first``: the trim order contextrender_plus may use instead, for its own bound)."""
 
-    def __init__(self, *, embedder: Any, name: str = "ceiling") -> None:
+    def __init__(self, *, embedder: Any, name: str = "ceiling", trim_prose_first: bool = False) -> None:
         self.hindsight = HindsightChooser()
         # Scores are never used by the chooser: relevance off spares the query embeddings.
         super().__init__(weights=Weights(recency=1.0, relevance=0.0, reuse=0.0), embedder=embedder,
-                         chooser=self.hindsight,
+                         chooser=self.hindsight, trim_prose_first=trim_prose_first,
                          name=name)
 
     def prepare_episode(self, episode: Episode, events: Sequence[Event] | None = None) -> None:

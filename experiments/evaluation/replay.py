@@ -86,6 +86,9 @@ PREFETCH_TRACES = 2000
 
 #: The name the hindsight ceiling is replayed under (reported apart from the methods, never a policy).
 CEILING_NAME = "hindsight ceiling"
+#: The same bound under the prose-first verbatim trim (render.fit_verbatim), replayed beside the ceiling
+#: when a method trims that way (contextrender_plus): what any selector with THAT trim could cover.
+TRIM_CEILING_NAME = "hindsight ceiling, prose-first trim"
 #: The method a replay with the ceiling measures "gap covered" from (when it is among the methods).
 GAP_REFERENCE = "contextrender"
 
@@ -141,6 +144,23 @@ class ReplayResult:
     method_settings: dict[str, dict[str, Any]] | None = None  # per method, settings chosen for the benchmark
     #: the hindsight ceiling's tally (not a policy: experiments/evaluation/ceiling.py), when replayed with one
     ceiling: MethodTally | None = None
+    #: the ceiling under the prose-first trim, when a replayed method uses that trim (see TRIM_CEILING_NAME)
+    trim_ceiling: MethodTally | None = None
+    #: the methods that trim prose-first (their own-trim gap is measured against trim_ceiling)
+    prose_first: tuple[str, ...] = ()
+
+    def own_trim_gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
+        """As :meth:`gap_covered`, for each prose-first method, against the ceiling under its own trim."""
+        ref = reference or GAP_REFERENCE
+        if self.trim_ceiling is None or ref not in self.methods:
+            return None
+        from contextrender.experiments.evaluation.ceiling import gap_covered
+
+        base, top = self.methods[ref].stats.pct, self.trim_ceiling.stats.pct
+        if base is None or top is None:
+            return None
+        return {name: gap_covered(self.methods[name].stats.pct, base, top)
+                for name in self.prose_first if name in self.methods and name != ref}
 
     def gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
         """Per method other than ``reference`` (default :data:`GAP_REFERENCE`), the share of the gap
@@ -170,6 +190,11 @@ class ReplayResult:
             gaps = self.gap_covered()
             if gaps is not None:
                 out["gap_covered"] = {"reference": GAP_REFERENCE, "methods": gaps}
+        if self.trim_ceiling is not None:
+            out["ceiling_prose_first_trim"] = self.trim_ceiling.summary()
+            own = self.own_trim_gap_covered()
+            if own is not None:
+                out["gap_covered_own_trim"] = {"reference": GAP_REFERENCE, "methods": own}
         # Only a replay of files has these; a replay of in-memory episodes (make plus) keeps its old keys.
         if self.sources is not None:
             out["sources"] = self.sources
@@ -576,7 +601,7 @@ def _windows(episodes: Iterable[Episode], size: int) -> Iterator[list[Episode]]:
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
            *, shared: Shared | None = None, total: int | None = None, progress: bool = True,
            skipped: Any = None, on_render: RenderHook | None = None, prefetch: int = 1,
-           ceiling: Any = None) -> ReplayResult:
+           ceiling: Any = None, trim_ceiling: Any = None) -> ReplayResult:
     """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
 
     ``shared``: what the policies were built to share (see :func:`build_policies`).
@@ -588,7 +613,8 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     ``skipped``: an object whose ``.skipped`` is read after iteration (a
     :class:`~contextrender.experiments.evaluation.traces.TraceReader`).
     ``ceiling``: a :class:`~contextrender.experiments.evaluation.ceiling.HindsightCeiling` replayed
-    with the policies (same renders, audits and measures) and reported apart, as ``result.ceiling``.
+    with the policies (same renders, audits and measures) and reported apart, as ``result.ceiling``;
+    ``trim_ceiling`` the same bound under the prose-first trim, as ``result.trim_ceiling``.
     """
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
         raise ValueError(f"prefetch must be an integer ≥ 0, got {prefetch!r}")
@@ -596,6 +622,12 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
         if CEILING_NAME in policies:
             raise ValueError(f"{CEILING_NAME!r} names the hindsight ceiling; a policy cannot have that name")
         policies = {**policies, CEILING_NAME: ceiling}
+    if trim_ceiling is not None:
+        if TRIM_CEILING_NAME in policies:
+            raise ValueError(f"{TRIM_CEILING_NAME!r} names a hindsight ceiling; a policy cannot have that name")
+        policies = {**policies, TRIM_CEILING_NAME: trim_ceiling}
+    prose_first = tuple(name for name, p in policies.items()
+                        if getattr(p, "trim_prose_first", False) and name not in (CEILING_NAME, TRIM_CEILING_NAME))
     tallies = {name: MethodTally(name, bool(getattr(p, "budgeted", True))) for name, p in policies.items()}
     pooled = RecallStats()
     prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
@@ -616,7 +648,9 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
             shared.clear()
     bar.close()
     bound = tallies.pop(CEILING_NAME) if ceiling is not None else None
-    return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound)
+    trim_bound = tallies.pop(TRIM_CEILING_NAME) if trim_ceiling is not None else None
+    return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound,
+                        trim_ceiling=trim_bound, prose_first=prose_first)
 
 
 # -- report -------------------------------------------------------------------------
@@ -680,7 +714,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     ]
     any_ref = False
     rows = list(result.methods.items()) + ([(f"*{CEILING_NAME}* (not a policy)", result.ceiling)]
-                                           if result.ceiling is not None else [])
+                                           if result.ceiling is not None else []) \
+        + ([(f"*{TRIM_CEILING_NAME}* (not a policy)", result.trim_ceiling)] if result.trim_ceiling is not None else [])
     for name, t in rows:
         s = t.summary()
         refs = [ref(name, RECALL_METRIC)] + [ref(name, RECALL_AGE_METRICS[b]) for b in AGE_BINS]
@@ -703,6 +738,14 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
             covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in gaps.items())
             lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
                           f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {covered}."]
+    if result.trim_ceiling is not None:
+        lines += ["", f"{', '.join(result.prose_first)} trim{'s' if len(result.prose_first) == 1 else ''} "
+                      "verbatim overflow prose-first (old assistant prose before the oldest turns), so the "
+                      "ceiling above does not bound it; the second ceiling row has that trim."]
+        own = result.own_trim_gap_covered()
+        if own:
+            covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in own.items())
+            lines += ["", f"Gap covered against the ceiling with the same trim: {covered}."]
     lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
@@ -854,13 +897,16 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cr-replay-") as tmp:
         graph_path = graph or os.path.join(tmp, "graph.sqlite")
-        bound = None
+        bound = trim_bound = None
         if ceiling:
             from contextrender.experiments.evaluation.ceiling import HindsightCeiling
 
-            bound = HindsightCeiling(embedder=shared.embedder if shared.embedder is not None else embedder)
-        result = replay(episodes, policies, budget, graph_path, shared=shared,
-                        total=total, progress=progress, skipped=found, prefetch=prefetch, ceiling=bound)
+            emb = shared.embedder if shared.embedder is not None else embedder
+            bound = HindsightCeiling(embedder=emb)
+            if any(getattr(p, "trim_prose_first", False) for p in policies.values()):
+                trim_bound = HindsightCeiling(embedder=emb, trim_prose_first=True, name=TRIM_CEILING_NAME)
+        result = replay(episodes, policies, budget, graph_path, shared=shared, total=total, progress=progress,
+                        skipped=found, prefetch=prefetch, ceiling=bound, trim_ceiling=trim_bound)
     elapsed = time.perf_counter() - t0
     result.sources, result.benchmark, result.method_settings = found.summary(), bench, settings
     if repeated:

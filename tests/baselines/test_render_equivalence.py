@@ -51,7 +51,10 @@ RENDERS = 21700
 #: set session_prior 0 and are unchanged. The refit with the call prior (train halves now include
 #: moqa8_offline's) moved W_prior 8 → 4 and prior_default 0.038 → 0.0415: every corpus tool is one the
 #: priors never saw, so only plus_tabular_only_fill (session_prior 0, packing on: the constant prior term
-#: W_prior·prior_default shifts its value-per-token order) changed, 4 sequences, on purpose.
+#: W_prior·prior_default shifts its value-per-token order) changed, 4 sequences, on purpose. Then the
+#: plus's prose-first verbatim trim (trim_prose_first, old assistant prose before the oldest units)
+#: changed the 3 contextrender_plus sequences whose renders overflow B with verbatim messages
+#: (multi_user, parallel, verbatim_overflow), on purpose; the plus_* variants keep the project trim.
 EXPECTED = {
     "acon|tool_heavy": "d91787340d03084d",
     "clear_tool_uses|tool_heavy": "94a1a12eec20a9fb",
@@ -91,7 +94,7 @@ EXPECTED = {
     "clear_tool_uses|parallel": "0e777bf976d56022",
     "compact|parallel": "f8debb3636acd42b",
     "contextrender|parallel": "634677d508d33ef4",
-    "contextrender_plus|parallel": "4d36881dc9861e3d",
+    "contextrender_plus|parallel": "daac6f5b307c2e38",
     "cr_recency|parallel": "657898177c881f87",
     "cr_recency_relevance|parallel": "c2c2466b9648e51f",
     "cr_relevance|parallel": "6183b986cc732450",
@@ -125,7 +128,7 @@ EXPECTED = {
     "clear_tool_uses|verbatim_overflow": "7b3bc4f62663ee3a",
     "compact|verbatim_overflow": "fe0b0b007d5d45de",
     "contextrender|verbatim_overflow": "03b18620d0f9816f",
-    "contextrender_plus|verbatim_overflow": "e5b3f393e9761541",
+    "contextrender_plus|verbatim_overflow": "63481deccad4e10e",
     "cr_recency|verbatim_overflow": "b35c203b31984320",
     "cr_recency_relevance|verbatim_overflow": "03b18620d0f9816f",
     "cr_relevance|verbatim_overflow": "03b18620d0f9816f",
@@ -193,7 +196,7 @@ EXPECTED = {
     "clear_tool_uses|multi_user": "cc3db187ca4bf52c",
     "compact|multi_user": "f902007dfe341a36",
     "contextrender|multi_user": "303cd0e5d1790093",
-    "contextrender_plus|multi_user": "de69d72ecf82d8c7",
+    "contextrender_plus|multi_user": "bb902b74e3234d9f",
     "cr_recency|multi_user": "1ad7913b4ffc5234",
     "cr_recency_relevance|multi_user": "3799e78129b1425c",
     "cr_relevance|multi_user": "eea20b6ef2a88b28",

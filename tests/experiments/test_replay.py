@@ -418,3 +418,48 @@ def test_a_task_read_twice_from_one_file_is_counted_and_said(tmp_path, caplog):
     assert "repeat a task id" in caplog.text and f"{path}:1" in caplog.text
     once = replay_traces(FIXTURES[0], 300, ["prune"], embedder=HashingEmbedder(dim=64), ceiling=False)
     assert "repeated_tasks" not in once.sources
+
+
+def _prose_dialogue(path: Path, n: int = 3) -> None:
+    """Dialogues whose first lookup is reused at the end, after more assistant prose than B holds."""
+    for k in range(n):
+        msgs: list[dict] = [{"role": "user", "content": f"Change booking {k}."},
+                            {"role": "assistant", "content": None,
+                             "tool_calls": [call(f"c{k}", "get_user_details", {"user_id": f"user_{k}_77"})]},
+                            {"role": "tool", "tool_call_id": f"c{k}",
+                             "content": f"user_{k}_77 reservations RES_AB{k}2CD RES_ZZ{k}9QQ " + "detail " * 40}]
+        for i in range(12):
+            msgs += [{"role": "assistant", "content": " ".join(f"recap{i}word" for _ in range(25))},
+                     {"role": "user", "content": " ".join(f"answer{i}word" for _ in range(6))}]
+        msgs += [{"role": "assistant", "content": None,
+                  "tool_calls": [call(f"d{k}", "update_reservation", {"reservation_id": f"RES_AB{k}2CD"})]},
+                 {"role": "tool", "tool_call_id": f"d{k}", "content": "ok"}]
+        write_trace(path, f"dialogue_{k}", msgs)
+
+
+def test_a_prose_first_method_gets_the_ceiling_under_its_own_trim(tmp_path):
+    """contextrender_plus trims verbatim overflow prose-first; replay then also reports the ceiling under that
+    trim (it bounds plus; the selectors' ceiling does not) and plus's gap share against it."""
+    from contextrender.experiments.evaluation.replay import TRIM_CEILING_NAME, replay_traces
+
+    path = tmp_path / "dialogues.jsonl"
+    _prose_dialogue(path)
+    res = replay_traces(path, 900, ["contextrender", "contextrender_plus"], embedder=HashingEmbedder(dim=64),
+                        compactor=ExtractiveCompactor())
+    cr, pl = res.methods["contextrender"].stats, res.methods["contextrender_plus"].stats
+    assert res.prose_first == ("contextrender_plus",) and res.trim_ceiling is not None
+    assert TRIM_CEILING_NAME not in res.methods
+    # The project trim drops the old lookup with the oldest turns; the prose-first trim keeps it.
+    assert cr.pct < pl.pct <= res.trim_ceiling.stats.pct
+    assert res.ceiling.stats.pct < res.trim_ceiling.stats.pct
+    j = res.to_json()
+    assert j["ceiling_prose_first_trim"]["recall"] == res.trim_ceiling.stats.pct
+    own = res.own_trim_gap_covered()
+    assert own is not None and j["gap_covered_own_trim"] == {"reference": "contextrender", "methods": own}
+    assert own["contextrender_plus"] == pytest.approx(
+        100 * (pl.pct - cr.pct) / (res.trim_ceiling.stats.pct - cr.pct))
+    table = markdown_table(res)
+    assert f"*{TRIM_CEILING_NAME}* (not a policy)" in table and "Gap covered against the ceiling with the same trim" in table
+    plain = replay_traces(path, 900, ["contextrender", "prune"], embedder=HashingEmbedder(dim=64))
+    assert plain.trim_ceiling is None and "ceiling_prose_first_trim" not in plain.to_json()
+    assert TRIM_CEILING_NAME not in markdown_table(plain)
