@@ -143,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the traces' benchmark, for settings that depend on it (ACON's thresholds: moqa8* uses "
                         "2048/400); default: the one the trace files record")
     r.add_argument("--no-ceiling", action="store_true",
-                   help="leave out the hindsight ceiling (the most reuse events any selector with the same "
-                        "budget scope could cover; reported beside the methods, not a policy)")
+                   help="leave out the hindsight ceilings (the most reuse events any selector with the same "
+                        "budget scope and verbatim trim could cover, and the same under the prose-first trim "
+                        "when a method uses it; reported beside the methods, not policies)")
     r.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
     x = sub.add_parser("explain", help="why each tool result of a stored session is or is not rendered at B")

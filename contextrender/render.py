@@ -267,8 +267,10 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
     ``prose_first`` (contextrender_plus's ``trim_prose_first``; off for every
     other policy): the same target, another order — first the assistant
     messages that are prose alone (no tool calls), oldest first, except the
-    newest assistant message of the history (what the latest user message
-    answers); only then the other units, oldest first. Dropping the oldest
+    newest assistant message of the history (whatever it is: when the agent
+    has acted since the user's last reply, the newest one is that call, and
+    the prose before it is old prose too); only then the other units, oldest
+    first. Dropping the oldest
     units first also drops the oldest tool calls, and their results stop
     being candidates; old assistant prose mostly restates what those results
     and the user already said.

@@ -4,8 +4,11 @@ Not a policy. At each turn it knows which results the recorded transcript
 reuses next (spec §7 events) and, with the same scope, verbatim trim and
 markers as ContextRender, shows the smallest of those first while they fit —
 which maximises the number of shown reused results, i.e. that turn's recall.
-No policy that shares the scope can score higher, so ``ceiling − policy`` is
-what any selector could still gain on a trace set.
+No policy that shares the scope and the verbatim trim can score higher, so
+``ceiling − policy`` is what any such selector could still gain on a trace set.
+A policy with another trim (contextrender_plus's prose-first trim) is bounded by
+the ceiling built with that trim (``trim_prose_first=True``), not by this one:
+against the selectors' ceiling its "gap covered" can exceed 100 % or read "no gap".
 """
 
 from __future__ import annotations

@@ -732,16 +732,18 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     if result.ceiling is not None:
         lines += ["", "Hindsight ceiling: at each turn it knows which results that turn reuses and shows the "
                       "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
-                      "the most reuse events any selector with that scope can cover (not a policy)."]
+                      "the most reuse events any selector with that scope and trim can cover (not a policy)."]
         gaps = result.gap_covered()
         if gaps:
             covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in gaps.items())
             lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
                           f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {covered}."]
-    if result.trim_ceiling is not None:
-        lines += ["", f"{', '.join(result.prose_first)} trim{'s' if len(result.prose_first) == 1 else ''} "
-                      "verbatim overflow prose-first (old assistant prose before the oldest turns), so the "
-                      "ceiling above does not bound it; the second ceiling row has that trim."]
+    if result.trim_ceiling is not None and result.prose_first:
+        one = len(result.prose_first) == 1
+        lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
+                      "(old assistant prose before the oldest turns), so the selectors' ceiling does not bound "
+                      f"{'it' if one else 'them'} (its gap share above can exceed 100 % or read no gap); the "
+                      "ceiling row with the prose-first trim does."]
         own = result.own_trim_gap_covered()
         if own:
             covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in own.items())
@@ -859,7 +861,9 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
             (see :func:`replay`; 0 = none, every text embedded when a policy asks). Results do not
             depend on it, only time and memory.
         ceiling: also replay the hindsight ceiling (:mod:`~contextrender.experiments.evaluation.ceiling`),
-            reported as ``result.ceiling`` / the output's ``"ceiling"`` beside the methods.
+            reported as ``result.ceiling`` / the output's ``"ceiling"`` beside the methods; when a method
+            trims prose-first, also the ceiling with that trim (``result.trim_ceiling`` /
+            ``"ceiling_prose_first_trim"``, its gap share ``"gap_covered_own_trim"``).
 
     Returns:
         The :class:`ReplayResult`; ``.to_json()`` is what the Hydra entry writes.
