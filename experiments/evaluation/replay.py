@@ -149,32 +149,30 @@ class ReplayResult:
     #: the methods that trim prose-first (their own-trim gap is measured against trim_ceiling)
     prose_first: tuple[str, ...] = ()
 
-    def own_trim_gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
-        """As :meth:`gap_covered`, for each prose-first method, against the ceiling under its own trim."""
+    def _shares(self, bound: MethodTally | None, names: Iterable[str],
+                reference: str | None) -> dict[str, float | None] | None:
+        """Each of ``names``' share (%) of the gap between ``reference`` and ``bound`` (None: no gap); None
+        without the bound, without the reference among the methods, or with recall undefined."""
         ref = reference or GAP_REFERENCE
-        if self.trim_ceiling is None or ref not in self.methods:
+        if bound is None or ref not in self.methods:
             return None
         from contextrender.experiments.evaluation.ceiling import gap_covered
 
-        base, top = self.methods[ref].stats.pct, self.trim_ceiling.stats.pct
-        if base is None or top is None:
+        base, top = self.methods[ref].stats.pct, bound.stats.pct
+        if base is None or top is None:  # no reuse event at all: nothing to cover, nothing to say
             return None
         return {name: gap_covered(self.methods[name].stats.pct, base, top)
-                for name in self.prose_first if name in self.methods and name != ref}
+                for name in names if name in self.methods and name != ref}
+
+    def own_trim_gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
+        """As :meth:`gap_covered`, for each prose-first method, against the ceiling under its own trim."""
+        return self._shares(self.trim_ceiling, self.prose_first, reference)
 
     def gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
         """Per method other than ``reference`` (default :data:`GAP_REFERENCE`), the share of the gap
         between it and the hindsight ceiling the method covers, in % (None: no gap); None without a
         ceiling or without the reference among the methods."""
-        ref = reference or GAP_REFERENCE
-        if self.ceiling is None or ref not in self.methods:
-            return None
-        from contextrender.experiments.evaluation.ceiling import gap_covered
-
-        base, top = self.methods[ref].stats.pct, self.ceiling.stats.pct
-        if base is None or top is None:  # no reuse event at all: nothing to cover, nothing to say
-            return None
-        return {name: gap_covered(t.stats.pct, base, top) for name, t in self.methods.items() if name != ref}
+        return self._shares(self.ceiling, self.methods, reference)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -681,6 +679,10 @@ def _sources_lines(result: ReplayResult) -> list[str]:
     return lines
 
 
+def _shares_text(gaps: Mapping[str, float | None]) -> str:
+    return ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in gaps.items())
+
+
 def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None) -> str:
     """The recall table; paper Table 2 values in parentheses where the method and budget match.
 
@@ -735,9 +737,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
                       "the most reuse events any selector with that scope and trim can cover (not a policy)."]
         gaps = result.gap_covered()
         if gaps:
-            covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in gaps.items())
             lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
-                          f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {covered}."]
+                          f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps)}."]
     if result.trim_ceiling is not None and result.prose_first:
         one = len(result.prose_first) == 1
         lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
@@ -746,8 +747,7 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
                       "ceiling row with the prose-first trim does."]
         own = result.own_trim_gap_covered()
         if own:
-            covered = ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in own.items())
-            lines += ["", f"Gap covered against the ceiling with the same trim: {covered}."]
+            lines += ["", f"Gap covered against the ceiling with the same trim: {_shares_text(own)}."]
     lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
