@@ -81,7 +81,7 @@ def reuse_by_turn(episode: Episode, events: Sequence[Event] | None = None) -> di
     return future
 
 
-__all__ = ["HindsightCeiling", "HindsightChooser", "reuse_by_turn"]
+__all__ = ["HindsightCeiling", "HindsightChooser", "gap_covered", "gap_interval", "reuse_by_turn"]
 
 
 def gap_covered(recall: float | None, reference: float | None, ceiling: float | None) -> float | None:
@@ -91,3 +91,48 @@ def gap_covered(recall: float | None, reference: float | None, ceiling: float | 
     if recall is None or reference is None or ceiling is None or ceiling - reference < 1e-9:
         return None
     return 100.0 * (recall - reference) / (ceiling - reference)
+
+
+#: The gap share's interval: a paired bootstrap over traces (events within a trace are not independent).
+GAP_CI_LEVEL = 0.95
+GAP_CI_DRAWS = 2000
+GAP_CI_SEED = 0
+
+
+def gap_interval(hits: Sequence[int], reference: Sequence[int], ceiling: Sequence[int], *,
+                 level: float = GAP_CI_LEVEL, draws: int = GAP_CI_DRAWS,
+                 seed: int = GAP_CI_SEED) -> tuple[float, float] | None:
+    """A percentile interval (%) of :func:`gap_covered` from a paired bootstrap over traces.
+
+    Each argument holds one number per trace, in the same trace order: the reuse events the method, the
+    reference selector and the ceiling cover there. All three are replayed on the same traces, so each
+    trace has the same events for all three and the gap share of pooled recall is the share of pooled
+    hits. A draw resamples the traces with replacement (the same traces for all three: the pairing is
+    kept) and pools them, as the point estimate does. Draws in which the reference reaches the ceiling have no gap and are left
+    out. None when fewer than 10 traces, or when under ``level`` of the draws have a gap (then an
+    interval would describe another question); the point estimate keeps its own rule.
+    """
+    arrays = [np.asarray(a, dtype=np.int64) for a in (hits, reference, ceiling)]
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise ValueError(f"one count per trace for each of the three, got lengths {[len(a) for a in arrays]}")
+    if not 0.0 < level < 1.0 or draws < 1:
+        raise ValueError(f"level must lie in (0, 1) and draws be ≥ 1, got {level}, {draws}")
+    if n < 10:
+        return None
+    m, r, c = arrays
+    rng = np.random.default_rng(seed)
+    gains, rooms = [], []
+    step = max(1, 1_000_000 // n)  # draws per block: memory stays bounded for large trace sets
+    for start in range(0, draws, step):
+        idx = rng.integers(0, n, size=(min(step, draws - start), n))
+        gains.append((m - r)[idx].sum(axis=1))
+        rooms.append((c - r)[idx].sum(axis=1))
+    gain, room = np.concatenate(gains), np.concatenate(rooms)
+    ok = room > 0
+    if ok.sum() < level * draws:
+        return None
+    shares = 100.0 * gain[ok] / room[ok]
+    tail = 50.0 * (1.0 - level)
+    lo, hi = np.percentile(shares, [tail, 100.0 - tail])
+    return float(lo), float(hi)

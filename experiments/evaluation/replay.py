@@ -55,6 +55,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -111,6 +112,8 @@ class MethodTally:
     over_budget: int = 0
     seconds: float = 0.0
     warned: bool = False  # logged a token-count disagreement already
+    #: events covered per replayed trace, in replay order (the gap share's bootstrap resamples traces)
+    hits_per_trace: list[int] = field(default_factory=list)
 
     def add_render(self, tokens: int, audited: int, budget: int) -> None:
         self.renders += 1
@@ -128,6 +131,7 @@ class MethodTally:
             "over_budget_renders": self.over_budget,
             "renders": self.renders,
             "measures": self.measures.summary(),
+            "hits_per_trace": list(self.hits_per_trace),
         }
 
 
@@ -164,6 +168,27 @@ class ReplayResult:
         return {name: gap_covered(self.methods[name].stats.pct, base, top)
                 for name in names if name in self.methods and name != ref}
 
+    def _intervals(self, bound: MethodTally | None, names: Iterable[str],
+                   reference: str | None) -> dict[str, tuple[float, float] | None] | None:
+        """As :meth:`_shares`, each share's 95 % interval (a paired bootstrap over traces,
+        :func:`~contextrender.experiments.evaluation.ceiling.gap_interval`; None: too few traces or no gap)."""
+        shares = self._shares(bound, names, reference)
+        if shares is None or bound is None:
+            return None
+        from contextrender.experiments.evaluation.ceiling import gap_interval
+
+        ref = self.methods[reference or GAP_REFERENCE].hits_per_trace
+        return {name: gap_interval(self.methods[name].hits_per_trace, ref, bound.hits_per_trace)
+                if g is not None else None for name, g in shares.items()}
+
+    def gap_intervals(self, reference: str | None = None) -> dict[str, tuple[float, float] | None] | None:
+        """:meth:`gap_covered`'s 95 % intervals (paired bootstrap over traces)."""
+        return self._intervals(self.ceiling, self.methods, reference)
+
+    def own_trim_gap_intervals(self, reference: str | None = None) -> dict[str, tuple[float, float] | None] | None:
+        """:meth:`own_trim_gap_covered`'s 95 % intervals (paired bootstrap over traces)."""
+        return self._intervals(self.trim_ceiling, self.prose_first, reference)
+
     def own_trim_gap_covered(self, reference: str | None = None) -> dict[str, float | None] | None:
         """As :meth:`gap_covered`, for each prose-first method, against the ceiling under its own trim."""
         return self._shares(self.trim_ceiling, self.prose_first, reference)
@@ -187,12 +212,14 @@ class ReplayResult:
             out["ceiling"] = self.ceiling.summary()
             gaps = self.gap_covered()
             if gaps is not None:
-                out["gap_covered"] = {"reference": GAP_REFERENCE, "methods": gaps}
+                out["gap_covered"] = {"reference": GAP_REFERENCE, "methods": gaps,
+                                      "interval": _interval_json(self.gap_intervals())}
         if self.trim_ceiling is not None:
             out["ceiling_prose_first_trim"] = self.trim_ceiling.summary()
             own = self.own_trim_gap_covered()
             if own is not None:
-                out["gap_covered_own_trim"] = {"reference": GAP_REFERENCE, "methods": own}
+                out["gap_covered_own_trim"] = {"reference": GAP_REFERENCE, "methods": own,
+                                               "interval": _interval_json(self.own_trim_gap_intervals())}
         # Only a replay of files has these; a replay of in-memory episodes (make plus) keeps its old keys.
         if self.sources is not None:
             out["sources"] = self.sources
@@ -524,7 +551,9 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
             visible[j] = rendered.visible
             if on_render is not None:
                 on_render(name, episode, j, session, rendered)
-        tally.stats = tally.stats + recall(events, visible)
+        covered = recall(events, visible)
+        tally.stats = tally.stats + covered
+        tally.hits_per_trace.append(covered.hits)
         tally.measures = tally.measures + tracker.stats
         tally.seconds += time.perf_counter() - t0
     return count_events(events)
@@ -679,8 +708,23 @@ def _sources_lines(result: ReplayResult) -> list[str]:
     return lines
 
 
-def _shares_text(gaps: Mapping[str, float | None]) -> str:
-    return ", ".join(f"{name} {'no gap' if g is None else f'{g:.0f} %'}" for name, g in gaps.items())
+def _interval_json(intervals: Mapping[str, tuple[float, float] | None] | None) -> dict[str, Any]:
+    """The gap shares' intervals as written to JSON, with how they were computed."""
+    from contextrender.experiments.evaluation.ceiling import GAP_CI_DRAWS, GAP_CI_LEVEL, GAP_CI_SEED
+
+    return {"level": GAP_CI_LEVEL, "method": "percentile, paired bootstrap over traces", "draws": GAP_CI_DRAWS,
+            "seed": GAP_CI_SEED, "methods": {k: None if v is None else list(v) for k, v in (intervals or {}).items()}}
+
+
+def _shares_text(gaps: Mapping[str, float | None],
+                 intervals: Mapping[str, tuple[float, float] | None] | None = None) -> str:
+    def one(name: str, g: float | None) -> str:
+        if g is None:
+            return f"{name} no gap"
+        ci = (intervals or {}).get(name)
+        return f"{name} {g:.0f} %" + ("" if ci is None else f" (95 % CI {ci[0]:.0f} to {ci[1]:.0f} %)")
+
+    return ", ".join(one(name, g) for name, g in gaps.items())
 
 
 def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None) -> str:
@@ -737,8 +781,11 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
                       "the most reuse events any selector with that scope and trim can cover (not a policy)."]
         gaps = result.gap_covered()
         if gaps:
+            cis = result.gap_intervals()
             lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
-                          f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps)}."]
+                          f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps, cis)}."
+                          + (" The intervals resample the traces (a paired bootstrap: the events of one trace are "
+                             "not independent)." if any((cis or {}).values()) else "")]
     if result.trim_ceiling is not None and result.prose_first:
         one = len(result.prose_first) == 1
         lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
@@ -747,7 +794,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
                       "ceiling row with the prose-first trim does."]
         own = result.own_trim_gap_covered()
         if own:
-            lines += ["", f"Gap covered against the ceiling with the same trim: {_shares_text(own)}."]
+            lines += ["", "Gap covered against the ceiling with the same trim: "
+                          f"{_shares_text(own, result.own_trim_gap_intervals())}."]
     lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
@@ -764,12 +812,20 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     return "\n".join(lines) + "\n"
 
 
+#: A JSON list of numbers only (no strings, objects or lists inside) as json.dumps(indent=2) lays it out:
+#: one element per line. A raw newline never occurs inside a JSON string, so no string's text can match.
+_NUMBER_LIST = re.compile(r"\[\n\s*(-?[\d.eE+-]+(?:,\n\s*-?[\d.eE+-]+)*)\n\s*\]")
+
+
 def write_json(path: str | Path, obj: Any) -> None:
-    """Write next to the target, then rename: a reader never sees half a file."""
+    """Write next to the target, then rename: a reader never sees half a file. Indented, except that a
+    list of numbers (per-trace hits, intervals) stays on one line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
+                            json.dumps(obj, indent=2, ensure_ascii=False))
+    tmp.write_text(text + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

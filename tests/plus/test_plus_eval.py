@@ -112,6 +112,29 @@ def test_other_budgets_are_reported_beside_the_fitted_one(episodes):
     assert "## Other budgets" not in pe.report(evald, fitted, None)
 
 
+def test_the_gap_share_carries_its_bootstrap_interval():
+    """Rows built from per-trace hits get a 95 % interval (gap_interval over the same traces) and the
+    acceptance table prints it; older results without per-trace hits print "–"."""
+    cr = [2, 3, 1, 4, 2, 0, 3, 2, 1, 2, 3, 1]
+    top = [4, 4, 3, 6, 3, 2, 5, 4, 2, 3, 5, 3]
+    plus = [3, 4, 2, 5, 3, 1, 5, 3, 1, 3, 4, 2]
+    ms = {"contextrender": {"recall": 100.0 * sum(cr) / 60, "hits_per_trace": cr},
+          "contextrender_plus": {"recall": 100.0 * sum(plus) / 60, "hits_per_trace": plus, "over_budget_renders": 0},
+          pe.CEILING: {"recall": 100.0 * sum(top) / 60, "hits_per_trace": top}}
+    row = pe.gap_row("x", {"traces": 12, "events": 60, "methods": ms})
+    lo, hi = row["gap_ci"]
+    assert row["gap_ci"] == pe.gap_interval(plus, cr, top) and lo < row["gap_covered"] < hi
+    assert row["reference_gap_ci"] is None  # no causal reference for this set
+    fitted = {"params": {}, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {}, "fit_sets": [],
+              "tool_prior": {}, "prior_default": 0.1}
+    for m in ms.values():
+        m.update({"recall_by_age": dict.fromkeys(pe.AGE_BINS), "over_budget_renders": 0})
+    by_age = {**dict.fromkeys(pe.AGE_BINS, 0), "le3": 60}
+    md = pe.report({"x": {"2000": {"traces": 12, "events": 60, "events_by_age": by_age, "methods": ms}}}, fitted, None)
+    assert f"| {row['gap_covered']:.0f} % | {lo:.0f} to {hi:.0f} % |" in md
+    assert pe.gap_row("y", _row(80.0, 90.0, 100.0)["2000"])["gap_ci"] is None
+
+
 def test_gap_covered():
     assert pe.gap_covered(95.0, 90.0, 100.0) == 50.0
     assert pe.gap_covered(97.0, 97.0, 97.0) is None  # no gap: contextrender already is at the ceiling
