@@ -214,9 +214,11 @@ def _trial_id(task_id: Any, trial: Any) -> str:
 def _tau2_llm_agent() -> Any:
     """tau2's ``LLMAgent`` class. Importing tau2 the first time logs through loguru (a missing .env,
     litellm's cache settings), which says nothing about the file being read: tau2's own messages are
-    disabled during that import and enabled after it (loguru has no public way to read the previous
-    state, so a caller who had disabled "tau2" before tau2 was first imported disables it again);
-    sinks, levels and every other module's messages are not touched."""
+    disabled during that import, and the caller's activation state is put back after it — exactly,
+    so a caller who had disabled "tau2" (or everything) keeps it so. loguru has no public way to read
+    that state: the restore uses its core's ``activation_list`` and ``enabled`` (loguru 0.7); where
+    they are missing, "tau2" is simply enabled again. Sinks, levels and every other module's messages
+    are not touched."""
     import sys
 
     if "tau2.agent.llm_agent" in sys.modules:
@@ -226,12 +228,20 @@ def _tau2_llm_agent() -> Any:
         from loguru import logger
     except ImportError:  # tau2 depends on loguru: without it, the import below fails on its own
         pass
+    core: Any = getattr(logger, "_core", None)
+    saved = None
+    if core is not None and all(hasattr(core, a) for a in ("activation_list", "enabled", "lock")):
+        with core.lock:
+            saved = (list(core.activation_list), dict(core.enabled))
     if logger is not None:
         logger.disable("tau2")
     try:
         from tau2.agent.llm_agent import LLMAgent
     finally:
-        if logger is not None:
+        if saved is not None:
+            with core.lock:  # loguru itself replaces both objects whole when activation changes
+                core.activation_list, core.enabled = saved
+        elif logger is not None:
             logger.enable("tau2")
     return LLMAgent
 

@@ -298,3 +298,21 @@ def test_runner_writes_tau2_records(tmp_path) -> None:
         assert {"tool_calls", "tool_output_tokens", "history_tokens"} <= set(r["extra"]["profile"])
     traces = (tmp_path / "traces" / "oracle__tau2_retail__full__B2000.jsonl").read_text().splitlines()
     assert len(traces) == 2 and json.loads(traces[0])["task_id"] == "0"
+
+
+def test_using_tau2_leaves_the_callers_loguru_sinks_in_place() -> None:
+    """tau2 logs every tool response at DEBUG through loguru; the benchmark silences tau2's own messages
+    only: a sink the caller added before keeps receiving the caller's messages."""
+    code = ("import sys\n"
+            "from loguru import logger\n"
+            "logger.remove(); logger.add(sys.stdout, level='DEBUG', format='{name}|{message}')\n"
+            "from contextrender.experiments.benchmarks.tau2.environment import new_environment, tau2\n"
+            "t = tau2(); env = new_environment('retail')\n"
+            "call = t.message.ToolCall(id='c1', name='find_user_id_by_email', arguments={'email': 'x@example.com'})\n"
+            "print('response', env.get_response(call).content)\n"
+            "exec(\"logger.info('mine')\", {'__name__': 'mine.probe', 'logger': logger})\n")
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "response Error: User not found" in done.stdout and "mine.probe|mine" in done.stdout, done.stdout
+    assert "tau2." not in done.stdout and "tau2." not in done.stderr, (done.stdout, done.stderr)

@@ -146,6 +146,30 @@ def test_reading_tau2_results_keeps_tau2s_import_logs_out_and_its_logging_on():
     assert "tau2.probe|after-read" in done.stdout  # tau2's messages pass again after the read
 
 
+def test_reading_tau2_results_leaves_a_callers_disabled_tau2_logging_disabled():
+    """The caller silenced tau2 (or every library) before the reader first imported it: it stays so."""
+    pytest.importorskip("tau2.agent.llm_agent")
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    for silence in ("logger.disable('tau2')", "logger.disable('')"):
+        code = ("import sys\n"
+                "from loguru import logger\n"
+                f"{silence}\n"
+                "from contextrender.experiments.evaluation.traces import read_traces\n"
+                f"eps = list(read_traces({str(TAU2_RETAIL)!r}))\n"
+                "assert 'tau2.agent.llm_agent' in sys.modules\n"
+                "logger.remove(); logger.add(sys.stdout, format='{name}|{message}')\n"
+                "exec(\"logger.warning('after-read')\", {'__name__': 'tau2.probe', 'logger': logger})\n"
+                "exec(\"logger.warning('other')\", {'__name__': 'mine.probe', 'logger': logger})\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "after-read" not in done.stdout, (silence, done.stdout)  # still silenced after the read
+        # ... and the rest of the caller's setup is as it was: everything off, or only tau2 off
+        assert ("mine.probe|other" in done.stdout) == (silence == "logger.disable('tau2')"), done.stdout
+
+
 def test_tau2_arguments_become_the_string_tau2_sends_back():
     [first_call] = [m for m in next(iter(read_traces(TAU2_RETAIL))).messages if m.get("tool_calls")][:1]
     stored = raw(TAU2_RETAIL)["simulations"][0]["messages"][4]["tool_calls"][0]["arguments"]

@@ -51,7 +51,9 @@ def tau2() -> SimpleNamespace:
     """
     from loguru import logger
 
-    logger.remove()  # tau2 logs every tool response at DEBUG through loguru's default stderr sink
+    # tau2 logs every tool response at DEBUG through loguru: silence tau2's own messages only (a caller's
+    # sinks and every other module's messages stay as they were)
+    logger.disable("tau2")
     import tau2.agent.llm_agent as llm_agent
     import tau2.data_model.message as message
     import tau2.data_model.simulation as simulation
