@@ -673,6 +673,10 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
             bar.update(1)
         if shared is not None:
             shared.clear()
+    if bar.total is not None and bar.total != n:
+        # ``total`` counts lines: the bad, superseded and excluded ones among them are never replayed
+        bar.total = n
+        bar.refresh()
     bar.close()
     bound = tallies.pop(CEILING_NAME) if ceiling is not None else None
     trim_bound = tallies.pop(TRIM_CEILING_NAME) if trim_ceiling is not None else None

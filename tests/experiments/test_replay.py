@@ -467,3 +467,15 @@ def test_a_prose_first_method_gets_the_ceiling_under_its_own_trim(tmp_path):
     plain = replay_traces(path, 900, ["contextrender", "prune"], embedder=HashingEmbedder(dim=64))
     assert plain.trim_ceiling is None and "ceiling_prose_first_trim" not in plain.to_json()
     assert TRIM_CEILING_NAME not in markdown_table(plain)
+
+
+def test_the_progress_bar_ends_at_the_traces_replayed_not_the_lines_counted(tmp_path, capsys):
+    """The total is a hint (non-blank lines): bad, superseded or excluded lines are never replayed, so the
+    bar's total is set to what was replayed when it closes, and it ends full."""
+    eps = episodes(*FIXTURES)
+    emb = HashingEmbedder(dim=64)
+    policies, shared = build_policies(["prune"], embedder=emb, compactor=ExtractiveCompactor())
+    replay(eps, policies, 300, tmp_path / "g.sqlite", shared=shared, total=len(eps) + 4, progress=True)
+    frames = [f for f in capsys.readouterr().err.replace("\n", "\r").split("\r") if "replay B=300" in f]
+    assert f"/{len(eps) + 4}" in frames[0]  # the bar started from the hint ...
+    assert f" {len(eps)}/{len(eps)} " in frames[-1] and "100%" in frames[-1], frames  # ... and ends full
