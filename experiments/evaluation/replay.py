@@ -171,7 +171,8 @@ class ReplayResult:
     def _intervals(self, bound: MethodTally | None, names: Iterable[str],
                    reference: str | None) -> dict[str, tuple[float, float] | None] | None:
         """As :meth:`_shares`, each share's 95 % interval (a paired bootstrap over traces,
-        :func:`~contextrender.experiments.evaluation.ceiling.gap_interval`; None: too few traces or no gap)."""
+        :func:`~contextrender.experiments.evaluation.ceiling.gap_interval`; None: no gap, too few traces
+        holding the gap, or too few draws with one)."""
         shares = self._shares(bound, names, reference)
         if shares is None or bound is None:
             return None
@@ -180,6 +181,17 @@ class ReplayResult:
         ref = self.methods[reference or GAP_REFERENCE].hits_per_trace
         return {name: gap_interval(self.methods[name].hits_per_trace, ref, bound.hits_per_trace)
                 if g is not None else None for name, g in shares.items()}
+
+    def gap_trace_count(self, own_trim: bool = False, reference: str | None = None) -> int | None:
+        """How many traces hold some of the gap between ``reference`` and the ceiling (``own_trim``: the
+        prose-first one); None without that ceiling or the reference."""
+        bound = self.trim_ceiling if own_trim else self.ceiling
+        ref = self.methods.get(reference or GAP_REFERENCE)
+        if bound is None or ref is None:
+            return None
+        from contextrender.experiments.evaluation.ceiling import gap_traces
+
+        return gap_traces(ref.hits_per_trace, bound.hits_per_trace)
 
     def gap_intervals(self, reference: str | None = None) -> dict[str, tuple[float, float] | None] | None:
         """:meth:`gap_covered`'s 95 % intervals (paired bootstrap over traces)."""
@@ -213,13 +225,14 @@ class ReplayResult:
             gaps = self.gap_covered()
             if gaps is not None:
                 out["gap_covered"] = {"reference": GAP_REFERENCE, "methods": gaps,
-                                      "interval": _interval_json(self.gap_intervals())}
+                                      "interval": _interval_json(self.gap_intervals(), self.gap_trace_count())}
         if self.trim_ceiling is not None:
             out["ceiling_prose_first_trim"] = self.trim_ceiling.summary()
             own = self.own_trim_gap_covered()
             if own is not None:
                 out["gap_covered_own_trim"] = {"reference": GAP_REFERENCE, "methods": own,
-                                               "interval": _interval_json(self.own_trim_gap_intervals())}
+                                               "interval": _interval_json(self.own_trim_gap_intervals(),
+                                                                          self.gap_trace_count(own_trim=True))}
         # Only a replay of files has these; a replay of in-memory episodes (make plus) keeps its old keys.
         if self.sources is not None:
             out["sources"] = self.sources
@@ -712,12 +725,29 @@ def _sources_lines(result: ReplayResult) -> list[str]:
     return lines
 
 
-def _interval_json(intervals: Mapping[str, tuple[float, float] | None] | None) -> dict[str, Any]:
-    """The gap shares' intervals as written to JSON, with how they were computed."""
-    from contextrender.experiments.evaluation.ceiling import GAP_CI_DRAWS, GAP_CI_LEVEL, GAP_CI_SEED
+def _interval_json(intervals: Mapping[str, tuple[float, float] | None] | None,
+                   gap_traces: int | None) -> dict[str, Any]:
+    """The gap shares' intervals as written to JSON, with how they were computed and how many traces
+    hold the gap (none is given below ``min_traces``)."""
+    from contextrender.experiments.evaluation.ceiling import (
+        GAP_CI_DRAWS,
+        GAP_CI_LEVEL,
+        GAP_CI_MIN_TRACES,
+        GAP_CI_SEED,
+    )
 
     return {"level": GAP_CI_LEVEL, "method": "percentile, paired bootstrap over traces", "draws": GAP_CI_DRAWS,
-            "seed": GAP_CI_SEED, "methods": {k: None if v is None else list(v) for k, v in (intervals or {}).items()}}
+            "seed": GAP_CI_SEED, "min_traces": GAP_CI_MIN_TRACES, "gap_traces": gap_traces,
+            "methods": {k: None if v is None else list(v) for k, v in (intervals or {}).items()}}
+
+
+def _few_traces_text(count: int | None) -> str:
+    from contextrender.experiments.evaluation.ceiling import GAP_CI_MIN_TRACES
+
+    if count is None or count >= GAP_CI_MIN_TRACES:
+        return ""
+    return (f" The gap lies in {count} trace{'' if count == 1 else 's'}: too few for an interval "
+            f"(one needs {GAP_CI_MIN_TRACES}).")
 
 
 def _shares_text(gaps: Mapping[str, float | None],
@@ -789,7 +819,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
             lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
                           f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps, cis)}."
                           + (" The intervals resample the traces (a paired bootstrap: the events of one trace are "
-                             "not independent)." if any((cis or {}).values()) else "")]
+                             "not independent)." if any((cis or {}).values()) else "")
+                          + _few_traces_text(result.gap_trace_count())]
     if result.trim_ceiling is not None and result.prose_first:
         one = len(result.prose_first) == 1
         lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
@@ -799,7 +830,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         own = result.own_trim_gap_covered()
         if own:
             lines += ["", "Gap covered against the ceiling with the same trim: "
-                          f"{_shares_text(own, result.own_trim_gap_intervals())}."]
+                          f"{_shares_text(own, result.own_trim_gap_intervals())}."
+                          + _few_traces_text(result.gap_trace_count(own_trim=True))]
     lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
@@ -818,7 +850,7 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
 
 #: A JSON list of numbers only (no strings, objects or lists inside) as json.dumps(indent=2) lays it out:
 #: one element per line. A raw newline never occurs inside a JSON string, so no string's text can match.
-_NUMBER_LIST = re.compile(r"\[\n\s*(-?[\d.eE+-]+(?:,\n\s*-?[\d.eE+-]+)*)\n\s*\]")
+_NUMBER_LIST = re.compile(r"\[\n\s*([\d.eE+-]+(?:,\n\s*[\d.eE+-]+)*)\n\s*\]")  # no "-?": the class has "-"
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from contextrender import ExtractiveCompactor, HashingEmbedder
-from contextrender.experiments.evaluation.ceiling import gap_covered, gap_interval
+from contextrender.experiments.evaluation.ceiling import gap_covered, gap_interval, gap_traces
 from contextrender.experiments.evaluation.replay import markdown_table, replay_traces, write_json
 from contextrender.experiments.evaluation.traces import write_trace
 
@@ -35,12 +35,23 @@ def test_the_interval_holds_the_point_estimate_and_narrows_with_more_traces():
     assert gap_interval(hits, ref, top, seed=2) != (lo, hi)
 
 
-def test_no_interval_for_too_few_traces_or_mostly_no_gap():
-    assert gap_interval([1] * 9, [0] * 9, [2] * 9) is None  # under 10 traces
+def test_no_interval_unless_ten_traces_hold_some_of_the_gap():
+    """Fewer than GAP_CI_MIN_TRACES traces with a gap are too few clusters for the level to hold
+    (scripts/gap_interval_coverage.py): None, however many traces there are."""
+    assert gap_interval([1] * 9, [0] * 9, [2] * 9) is None  # under 10 traces at all
+    for k, given in ((9, False), (10, True)):
+        ref = [5] * 100
+        top = [7] * k + [5] * (100 - k)
+        hits = [6] * k + [5] * (100 - k)
+        assert gap_traces(ref, top) == k
+        assert (gap_interval(hits, ref, top) is not None) is given, k
+        assert gap_interval(hits, ref, top, min_traces=k) is not None  # the rule is the parameter
     # one trace in 40 has the whole gap: most draws miss it, so most have no gap at all
     ref = [3] * 40
     top = [3] * 39 + [5]
-    assert gap_interval([3] * 39 + [4], ref, top) is None
+    assert gap_interval([3] * 39 + [4], ref, top, min_traces=1) is None
+    with pytest.raises(ValueError, match="one count per trace"):
+        gap_traces([1, 2], [1])
     with pytest.raises(ValueError, match="one count per trace"):
         gap_interval([1] * 12, [0] * 12, [2] * 11)
     with pytest.raises(ValueError, match="level"):
@@ -77,6 +88,11 @@ def test_replay_reports_each_gap_share_with_its_interval(tmp_path):
                         compactor=ExtractiveCompactor())
     for t in [*res.methods.values(), res.ceiling]:
         assert len(t.hits_per_trace) == res.traces == 24 and sum(t.hits_per_trace) == t.stats.hits
+    # the same trace order for every tally: the ceiling covers at least as much on each trace
+    for name, t in res.methods.items():
+        assert all(c >= h for c, h in zip(res.ceiling.hits_per_trace, t.hits_per_trace, strict=True)), name
+    assert res.gap_trace_count() == gap_traces(res.methods["contextrender"].hits_per_trace, res.ceiling.hits_per_trace)
+    assert res.gap_trace_count() >= 10
     gaps, cis = res.gap_covered(), res.gap_intervals()
     assert gaps is not None and cis is not None and gaps["semantic_retrieval"] is not None
     lo, hi = cis["semantic_retrieval"]
@@ -84,6 +100,12 @@ def test_replay_reports_each_gap_share_with_its_interval(tmp_path):
     j = res.to_json()
     assert j["gap_covered"]["interval"]["methods"]["semantic_retrieval"] == [lo, hi]
     assert j["gap_covered"]["interval"]["level"] == 0.95
+    assert (j["gap_covered"]["interval"]["gap_traces"], j["gap_covered"]["interval"]["min_traces"]) == (
+        res.gap_trace_count(), 10)
+    few = replay_traces(path, 350, ["contextrender", "semantic_retrieval"], embedder=HashingEmbedder(dim=64),
+                        compactor=ExtractiveCompactor(), limit=6)
+    assert few.gap_intervals() == {"semantic_retrieval": None} and few.gap_trace_count() < 10
+    assert f"The gap lies in {few.gap_trace_count()} trace" in markdown_table(few)
     assert j["methods"]["contextrender"]["hits_per_trace"] == res.methods["contextrender"].hits_per_trace
     assert f"semantic_retrieval {gaps['semantic_retrieval']:.0f} % (95 % CI {lo:.0f} to {hi:.0f} %)" in markdown_table(res)
 
@@ -92,7 +114,8 @@ def test_written_json_keeps_number_lists_on_one_line_and_every_value_intact(tmp_
     """Per-trace hits make long lists: write_json puts a list of numbers on one line, and nothing else
     changes — strings that look like lists, nested lists, booleans, NaN."""
     obj = {"hits_per_trace": [3, 0, 12], "interval": [-4.5, 1e-05], "empty": [], "nested": [[1, 2], [3]],
-           "text": "[1,2]", "multiline": "[\n1,\n2\n]", "mixed": [True, 1, None], "nan": [float("inf"), 2]}
+           "text": "[1,2]", "multiline": "[\n1,\n2\n]", "mixed": [True, 1, None], "inf": [float("inf"), 2],
+           "negatives then null": [-1] * 60 + [None]}  # the case a "-?" before the class made exponential
     path = tmp_path / "r.json"
     write_json(path, obj)
     text = path.read_text(encoding="utf-8")

@@ -307,7 +307,7 @@ def test_cli_end_to_end(tmp_path):
         assert list(m) == ["recall", "recall_by_age", "mean_rendered_tokens", "max_rendered_tokens",
                            "over_budget_renders", "renders", "measures", "hits_per_trace"]
         assert m["measures"]["pairing_checked_renders"] == m["renders"]
-        assert len(m["hits_per_trace"]) == 3 and sum(m["hits_per_trace"]) <= res["events"]
+        assert len(m["hits_per_trace"]) == 3 and sum(m["hits_per_trace"]) == round(m["recall"] * res["events"] / 100)
         assert list(m["recall_by_age"]) == ["le3", "4_10", "11_25", "gt25"]
         assert m["over_budget_renders"] == 0 and m["max_rendered_tokens"] <= 300
         assert m["renders"] == sum(len(e.assistant_indices) for e in eps)
@@ -464,6 +464,17 @@ def test_a_prose_first_method_gets_the_ceiling_under_its_own_trim(tmp_path):
         100 * (pl.pct - cr.pct) / (res.trim_ceiling.stats.pct - cr.pct))
     table = markdown_table(res)
     assert f"*{TRIM_CEILING_NAME}* (not a policy)" in table and "Gap covered against the ceiling with the same trim" in table
+    # three dialogues hold the gap: too few for an interval, and the text says so
+    assert res.own_trim_gap_intervals() == {"contextrender_plus": None} and res.gap_trace_count(own_trim=True) == 3
+    assert "The gap lies in 3 traces: too few for an interval" in table
+    many = tmp_path / "many.jsonl"
+    _prose_dialogue(many, n=12)
+    wide = replay_traces(many, 900, ["contextrender", "contextrender_plus"], embedder=HashingEmbedder(dim=64),
+                         compactor=ExtractiveCompactor())
+    ci = wide.own_trim_gap_intervals()["contextrender_plus"]
+    share = wide.own_trim_gap_covered()["contextrender_plus"]
+    assert ci is not None and ci[0] <= share <= ci[1] and wide.gap_trace_count(own_trim=True) == 12
+    assert wide.to_json()["gap_covered_own_trim"]["interval"]["methods"]["contextrender_plus"] == list(ci)
     plain = replay_traces(path, 900, ["contextrender", "prune"], embedder=HashingEmbedder(dim=64))
     assert plain.trim_ceiling is None and "ceiling_prose_first_trim" not in plain.to_json()
     assert TRIM_CEILING_NAME not in markdown_table(plain)
