@@ -996,7 +996,7 @@ NOTES: list[str] = [
     "record only: τ²-retail 98.7 → 98.9 from W_task 0.5, τ²-airline 92.4 → 91.8 at 2, synthetic unchanged); "
     "(5) the fit's replays with the MiniLM embedder (the harness default) instead of hashing-256, for W_rel: "
     "81.31 / 81.40 / 81.38 / 81.34 at W_rel 0 / 0.25 / 0.5 / 1, within 0.1 of the hashing fit's 81.40 at 0, "
-    "so the fit keeps hashing-256 (the same five train replays took 68 s with it, 394 s with MiniLM) and W_rel 0. "
+    "so the fit keeps hashing-256 (five train replays took about 70 s with it and 390 s with MiniLM here, not side by side) and W_rel 0. "
     "A fit over B = 1000, 2000 and 4000 at once (the same grid) picks W_prior 8 instead of 4 "
     "(mean 76.77 against 76.66) with the same W_lex and call prior; τ²-retail train recall at B=1000 moves "
     "87.8 → 88.1, so the B=2000 fit stands.",
