@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from contextrender.baselines._common import fill, finish, full_history, selection_bodies, trim_candidates
-from contextrender.embed import LazyEmbedder
+from contextrender.embed import LazyEmbedder, checked_output
 from contextrender.events import Usage
 from contextrender.graph import Session
 from contextrender.render import Rendered, Scope, fit_verbatim, focus_text, require_budget
@@ -100,5 +100,5 @@ class SemanticRetrieval(LazyEmbedder):
         text = self.retrieval_input(session, scope, kept)
         if not text:
             return np.zeros(len(seqs)), usage
-        q, u = self.embedder.embed_query(text)
+        q, u = checked_output(self.embedder.embed_query(text), self.embedder, "embed_query", None)
         return embs.astype(np.float64) @ np.asarray(q, dtype=np.float64), usage + u

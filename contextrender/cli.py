@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--methods", type=_method_list, default=["contextrender", "prune"], metavar="A[,B]",
                    help="one or two registry methods to show (default contextrender,prune)")
     v.add_argument("--embedding", default="local", choices=["local", "hashing", "litellm"])
-    v.add_argument("--out", default=None, help="HTML file to write (default <source>.view.html)")
+    v.add_argument("--out", default=None, help="HTML file to write (default <episode or session id>.view.html, in the working directory)")
     return parser
 
 
@@ -224,17 +224,30 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Appended to a missing-extra error of the default embedder: every command that embeds takes --embedding.
+HASHING_HINT = " (or use --embedding hashing: lexical, no model)"
+
+
+def _embedder(name: str, **kw: object) -> object:
+    """make_embedder, its missing-extra error naming the dependency-free alternative too."""
+    from contextrender.embed import make_embedder
+
+    try:
+        return make_embedder(name, **kw)  # type: ignore[arg-type]
+    except ImportError as e:
+        raise ImportError(f"{e}{HASHING_HINT}") from None
+
+
 def _explain(args: argparse.Namespace) -> int:
     from contextrender.graph import ContextGraph, GraphError
     from contextrender.render import Scope
 
     path = args.graph or _graph_default()
     try:
-        from contextrender.embed import make_embedder
         from contextrender.explain import explain_table
         from contextrender.registry import OverrideError, build_policy, method_config
 
-        embedder = make_embedder(args.embedding, cache=False)
+        embedder = _embedder(args.embedding, cache=False)
         policy = build_policy(method_config(args.method), embedder=embedder, compactor=_compactor("extractive"))
         others = {m: build_policy(method_config(m), embedder=embedder, compactor=_compactor("extractive"))
                   for m in args.compare}
@@ -266,13 +279,12 @@ def _view(args: argparse.Namespace) -> int:
         print("contextrender view: --methods takes one or two methods", file=sys.stderr)
         return 2
     try:
-        from contextrender.embed import make_embedder
         from contextrender.registry import method_config
         from contextrender.view import method_view, render_html
 
         for m in args.methods:
             method_config(m)  # an unknown name fails here, listing the known ones
-        embedder = make_embedder(args.embedding, cache=False)
+        embedder = _embedder(args.embedding, cache=False)
         source = Path(args.source)
         if args.graph is None and source.exists():  # a trace file: any format replay reads
             from contextrender.experiments.evaluation.traces import read_traces
@@ -320,7 +332,6 @@ def _replay(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     from contextrender.compaction import make_compactor
-    from contextrender.embed import make_embedder
 
     traces = args.traces[0] if len(args.traces) == 1 else args.traces
     trace_format = None if args.trace_format == "auto" else args.trace_format
@@ -331,9 +342,9 @@ def _replay(args: argparse.Namespace) -> int:
             for _ in found:  # a bad record fails now, not after the records before it
                 pass
         try:
-            embedder = make_embedder(args.embedding)
+            embedder = _embedder(args.embedding)
         except ImportError as e:
-            raise ValueError(f"{e} (or use --embedding hashing: lexical, no model)") from None
+            raise ValueError(str(e)) from None
         result = replay_traces(traces, args.budget, args.methods, embedder=embedder,
                                compactor=make_compactor(args.compactor), strict=not args.lenient,
                                progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark,
@@ -381,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                                    force_env_key=args.force_upstream_key, max_body_bytes=max_body,
                                    timeout=args.timeout, session_api=not args.no_session_api, access=access)
     except (ValueError, LockedError, ImportError) as e:  # a bad option, a held graph, a missing extra
-        print(f"contextrender {args.command}: {redact(str(e))}", file=sys.stderr)
+        hint = HASHING_HINT if isinstance(e, ImportError) and "[local]" in str(e) else ""
+        print(f"contextrender {args.command}: {redact(str(e))}{hint}", file=sys.stderr)
         return 2
     _serve(app, args)
     return 0

@@ -67,6 +67,22 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return np.where(norms > 0, m / np.maximum(norms, 1e-12), 0.0).astype(np.float32)
 
 
+def checked_output(out: Any, embedder: Any, method: str, rows: int | None) -> tuple[np.ndarray, Usage]:
+    """``out`` of ``embedder.<method>(...)`` as (vectors, Usage), or a TypeError that says what the
+    :class:`Embedder` protocol asks for: ``embed_documents`` returns an (n, dim) array and a Usage,
+    ``embed_query`` a (dim,) vector and a Usage (``rows`` None)."""
+    shape = "a (dim,) vector" if rows is None else f"an ({rows}, dim) array"
+    name = getattr(embedder, "name", type(embedder).__name__)
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Usage)):
+        raise TypeError(f"embedder {name!r}: {method} must return ({shape}, contextrender.Usage) — the Embedder "
+                        f"protocol, contextrender.embed — got {type(out).__name__}")
+    vecs = np.asarray(out[0])
+    if vecs.ndim != (1 if rows is None else 2) or (rows is not None and len(vecs) != rows):
+        raise TypeError(f"embedder {name!r}: {method} must return ({shape}, Usage); its vectors have shape "
+                        f"{vecs.shape}")
+    return vecs, out[1]
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What every policy calls on its embedder; any object with these members works.

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from contextrender.embed import checked_output
 from contextrender.events import Message, MessageError, ToolCall, Usage
 from contextrender.files import hold_lock, private_dir, private_file
 from contextrender.tfa import FlowIndex, ReuseEdge
@@ -535,7 +536,7 @@ class Session:
         usage = Usage()
         if missing:
             texts = [self._messages[s].content for s in missing]
-            vecs, usage = embedder.embed_documents(texts)
+            vecs, usage = checked_output(embedder.embed_documents(texts), embedder, "embed_documents", len(texts))
             with self.graph._tx() as db:
                 db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
                                [(self.id, s, model, v.astype(np.float32).tobytes()) for s, v in zip(missing, vecs, strict=True)])

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from contextrender.compaction import Compactor
-from contextrender.embed import LazyEmbedder
+from contextrender.embed import LazyEmbedder, checked_output
 from contextrender.events import Usage
 from contextrender.graph import ResultArrays, Session
 from contextrender.render import (
@@ -480,12 +480,12 @@ class ContextRender(LazyEmbedder):
         x = fu[1].content[: self.params.task_chars]
         task = self._task_emb.get(x)  # keyed by the text itself: sessions in other graphs may share ids
         if task is None:  # x never changes within a session: embedded once
-            task, usage = self.embedder.embed_query(x)
+            task, usage = checked_output(self.embedder.embed_query(x), self.embedder, "embed_query", None)
             self._task_emb[x] = task
         text = focus_text(session, scope, kept)
         focus = None
         if text is not None:
-            focus, u = self.embedder.embed_query(text)
+            focus, u = checked_output(self.embedder.embed_query(text), self.embedder, "embed_query", None)
             usage += u
         return query_vector(task, focus, self.params), usage
 

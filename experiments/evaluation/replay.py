@@ -152,6 +152,9 @@ class ReplayResult:
     trim_ceiling: MethodTally | None = None
     #: the methods that trim prose-first (their own-trim gap is measured against trim_ceiling)
     prose_first: tuple[str, ...] = ()
+    #: each replayed trace's task id and place ("file:line"), in replay order: hits_per_trace's order
+    trace_ids: list[str] = field(default_factory=list)
+    trace_where: list[str] = field(default_factory=list)
 
     def _shares(self, bound: MethodTally | None, names: Iterable[str],
                 reference: str | None) -> dict[str, float | None] | None:
@@ -165,8 +168,9 @@ class ReplayResult:
         base, top = self.methods[ref].stats.pct, bound.stats.pct
         if base is None or top is None:  # no reuse event at all: nothing to cover, nothing to say
             return None
+        # A method that ignores B (Full) is not bounded by a ceiling under B: no share for it.
         return {name: gap_covered(self.methods[name].stats.pct, base, top)
-                for name in names if name in self.methods and name != ref}
+                for name in names if name in self.methods and name != ref and self.methods[name].budgeted}
 
     def _intervals(self, bound: MethodTally | None, names: Iterable[str],
                    reference: str | None) -> dict[str, tuple[float, float] | None] | None:
@@ -219,6 +223,8 @@ class ReplayResult:
             "events_by_age": dict(self.events.events_by_age),
             "skipped_lines": self.skipped_lines,
             "methods": {name: t.summary() for name, t in self.methods.items()},
+            "trace_ids": list(self.trace_ids),
+            "trace_where": list(self.trace_where),
         }
         if self.ceiling is not None:
             out["ceiling"] = self.ceiling.summary()
@@ -672,6 +678,8 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     pooled = RecallStats()
     prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
     n = 0
+    ids: list[str] = []
+    places: list[str] = []
     bar = tqdm(total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     for window in _windows(episodes, max(prefetch, 1)):
@@ -683,6 +691,8 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
                 pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, f"{prefix}/{n}",
                                                  on_render)
             n += 1
+            ids.append(episode.task_id)
+            places.append(episode.where)
             bar.update(1)
         if shared is not None:
             shared.clear()
@@ -694,7 +704,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     bound = tallies.pop(CEILING_NAME) if ceiling is not None else None
     trim_bound = tallies.pop(TRIM_CEILING_NAME) if trim_ceiling is not None else None
     return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound,
-                        trim_ceiling=trim_bound, prose_first=prose_first)
+                        trim_ceiling=trim_bound, prose_first=prose_first, trace_ids=ids, trace_where=places)
 
 
 # -- report -------------------------------------------------------------------------
@@ -814,19 +824,25 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
                       "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
                       "the most reuse events any selector with that scope and trim can cover (not a policy)."]
         gaps = result.gap_covered()
+        unbudgeted = [n for n, t in result.methods.items() if not t.budgeted]
         if gaps:
             cis = result.gap_intervals()
             lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
                           f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps, cis)}."
                           + (" The intervals resample the traces (a paired bootstrap: the events of one trace are "
                              "not independent)." if any((cis or {}).values()) else "")
-                          + _few_traces_text(result.gap_trace_count())]
+                          + _few_traces_text(result.gap_trace_count())
+                          + (f" No share for {', '.join(unbudgeted)}: it ignores B, so no ceiling under B bounds "
+                             "it." if unbudgeted else "")]
     if result.trim_ceiling is not None and result.prose_first:
         one = len(result.prose_first) == 1
+        shown = bool(result.gap_covered())
         lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
                       "(old assistant prose before the oldest turns), so the selectors' ceiling does not bound "
-                      f"{'it' if one else 'them'} (its gap share above can exceed 100 % or read no gap); the "
-                      "ceiling row with the prose-first trim does."]
+                      f"{'it' if one else 'them'}"
+                      + (f" ({'its' if one else 'their'} gap share above can exceed 100 % or read no gap)" if shown
+                         else "")
+                      + "; the ceiling row with the prose-first trim does."]
         own = result.own_trim_gap_covered()
         if own:
             lines += ["", "Gap covered against the ceiling with the same trim: "
@@ -1050,9 +1066,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     benchmark = cfg.get("benchmark_name") or None  # `benchmark` is the config group of conf/benchmark/
     check_replay_args(traces, budget, methods, trace_format=trace_format, strict=bool(cfg.strict))  # before anything is built
     if cfg.get("torch_threads"):  # +torch_threads=1: on a machine another job keeps busy, one thread is faster
-        import torch
-
-        torch.set_num_threads(int(cfg.torch_threads))
+        try:
+            import torch
+        except ImportError:  # only the local embedder runs torch: without it there are no threads to set
+            log.warning("torch_threads=%s ignored: torch is not installed (only the local embedder uses it)",
+                        cfg.torch_threads)
+        else:
+            torch.set_num_threads(int(cfg.torch_threads))
     # One cached embedder for every policy: a result is embedded once per run, whoever renders it.
     extra = {"cache_path": cfg.embedding_cache} if cfg.get("embedding_cache") else {}
     embedder = instantiate(cfg.embedding, **extra)

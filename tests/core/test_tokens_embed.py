@@ -96,3 +96,49 @@ def test_cached_embedder_hits_cache_and_reports_same_logical_usage(tmp_path):
     v3, u3 = again.embed_query(texts[0])
     assert (again.hits, again.misses) == (1, 0) and len(calls) == 1 and np.array_equal(v3, v1[0])
     assert u3 == HashingEmbedder(dim=128).embed_query(texts[0])[1]
+
+
+class _BareVectors:
+    """An embedder written from the protocol's names alone: it returns vectors without their Usage."""
+
+    name, dim = "bare", 8
+
+    def embed_documents(self, texts):
+        return np.ones((len(texts), self.dim)) / np.sqrt(self.dim)
+
+    def embed_query(self, text):
+        return np.ones(self.dim) / np.sqrt(self.dim)
+
+
+class _QueryAsMatrix(_BareVectors):
+    """Right tuples, but the query comes back as a (1, dim) matrix."""
+
+    name = "matrix-query"
+
+    def embed_documents(self, texts):
+        from contextrender import Usage
+
+        return np.ones((len(texts), self.dim)) / np.sqrt(self.dim), Usage()
+
+    def embed_query(self, text):
+        from contextrender import Usage
+
+        return np.ones((1, self.dim)) / np.sqrt(self.dim), Usage()
+
+
+@pytest.mark.parametrize("embedder, says", [(_BareVectors(), "embed_documents must return (an (6, dim) array"),
+                                            (_QueryAsMatrix(), "its vectors have shape (1, 8)")])
+def test_an_embedder_off_the_protocol_gets_an_error_that_says_what_it_must_return(tmp_path, embedder, says):
+    from contextrender import ContextGraph, ContextRender
+
+    graph = ContextGraph(tmp_path / "g.sqlite")
+    s = graph.session("s")
+    msgs: list[dict] = [{"role": "user", "content": "find the order"}]
+    for i in range(6):  # more than B holds: the selector must score them, so it embeds the query too
+        msgs += [{"role": "assistant", "content": None,
+                  "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "get", "arguments": "{}"}}]},
+                 {"role": "tool", "tool_call_id": f"c{i}", "content": f"order ORD_{i}7X " + "line item " * 60}]
+    s.sync(msgs)
+    with pytest.raises(TypeError, match=f"embedder {embedder.name!r}") as err:
+        ContextRender(embedder=embedder).render(s, 300)
+    assert says in str(err.value)

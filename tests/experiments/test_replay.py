@@ -292,9 +292,12 @@ def test_cli_end_to_end(tmp_path):
     proc = cli(tmp_path, f"traces={traces}", "budget=300", "methods=[contextrender,cr_recency]", f"output={out}")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
-    assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "ceiling",
-                         "gap_covered", "sources", "benchmark", "method_settings"]
+    assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "trace_ids",
+                         "trace_where", "ceiling", "gap_covered", "sources", "benchmark", "method_settings"]
     assert (res["budget"], res["traces"], res["skipped_lines"]) == (300, 3, 0)
+    assert res["trace_ids"] == [e.task_id for e in read_traces(traces)]
+    assert [w.rsplit(":", 1)[1] for w in res["trace_where"]] == ["1", "2", "3"]
+    assert all(Path(w.rsplit(":", 1)[0]).resolve() == traces.resolve() for w in res["trace_where"])
     assert res["sources"] == {"files": [{"path": str(traces.resolve()), "format": "contextrender", "episodes": 3,
                                          "skipped": 0}], "ignored": []}
     assert res["method_settings"] == {}  # no method here depends on the benchmark
@@ -375,6 +378,10 @@ def test_the_hindsight_ceiling_bounds_the_selectors_and_reaches_what_they_miss(t
     assert jg["interval"]["methods"] == {"prune": None}  # too few traces for an interval (gap_interval)
     assert f"prune {gaps['prune']:.0f} %" in markdown_table(wide)
     assert wide.gap_covered("prune") == {"contextrender": pytest.approx(100 * (cr - pr) / (top - pr))}
+    with_full = replay_traces(FIXTURES, 400, ["prune", "contextrender", "full"], embedder=HashingEmbedder(dim=64),
+                              compactor=ExtractiveCompactor())
+    assert list(with_full.gap_covered()) == ["prune"]  # full ignores B: no ceiling under B bounds it
+    assert "No share for full: it ignores B" in markdown_table(with_full)
     level = replay_traces(FIXTURES, 300, ["prune", "contextrender"], embedder=HashingEmbedder(dim=64),
                           compactor=ExtractiveCompactor())
     assert level.methods["contextrender"].stats.pct == level.ceiling.stats.pct

@@ -129,6 +129,18 @@ def test_serve_unknown_method_lists_the_shipped_registry(service_venv, workdir):
     assert f"unknown method 'no_such_method'; known: {', '.join(method_names())}" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["serve", "explain"])
+def test_commands_without_the_local_extra_name_it_and_the_hashing_alternative(service_venv, workdir, command):
+    """The default embedding is the local model, which this venv lacks: each command says what to install
+    and that --embedding hashing needs nothing."""
+    cwd, home = workdir
+    args = {"serve": ["serve", "--port", str(_free_port())], "explain": ["explain", "some-session", "--budget", "900"]}[command]
+    proc = service_venv.run([service_venv.cli, *args], cwd, home, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "contextrender[local]" in proc.stderr and "(or use --embedding hashing" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def _expected_replay(traces: Path) -> dict:
     """The checkout's replay of ``traces``, run from the directory that holds them (as the CLI run was:
     the output names a file under the working directory by its relative path)."""
