@@ -752,6 +752,14 @@ def ceilings(episodes: Sequence[Episode], budget: int) -> ReplayResult:
     return run_replay({}, episodes, budget, with_ceilings=True)
 
 
+def relative_places(j: dict[str, Any]) -> dict[str, Any]:
+    """A replay's JSON with each trace's place relative to the checkout (the trace sets live under it):
+    the written results name no machine's paths."""
+    root = f"{ROOT}{os.sep}"
+    j["trace_where"] = [w[len(root):] if w.startswith(root) else w for w in j.get("trace_where", [])]
+    return j
+
+
 def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], budgets: Sequence[int] = EVAL_BUDGETS,
              specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None) -> dict[str, Any]:
     """Replay every TEST half (τ²-airline: every trace) once per budget through every spec and the ceiling."""
@@ -760,7 +768,7 @@ def evaluate(split: Mapping[str, Mapping[str, Sequence[Episode]]], budgets: Sequ
     for set_name, parts in split.items():
         for b in budgets:
             res = run_replay(specs, parts["test"], b, with_ceilings=True, references=SET_REFERENCES.get(set_name, ()))
-            j = res.to_json()
+            j = relative_places(res.to_json())
             for name, t in res.methods.items():
                 j["methods"][name]["budgeted"] = t.budgeted
                 if name in CEILINGS or name in REFERENCES:

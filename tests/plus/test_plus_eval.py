@@ -227,3 +227,11 @@ def test_generator_aware_reference_follows_the_generator(tmp_path):
     name = pe.SET_REFERENCES["synth"][0]
     assert res.methods[name].over_budget == 0
     assert res.methods[name].stats.hits > res.methods["contextrender"].stats.hits
+
+
+def test_written_trace_places_are_relative_to_the_checkout():
+    """The study's trace sets live under the checkout: the results it writes name no machine's paths."""
+    inside = f"{pe.ROOT / 'results' / 'runs' / 'x.jsonl'}:3"
+    j = pe.relative_places({"trace_where": [inside, "elsewhere.jsonl:1", ""]})
+    assert j["trace_where"] == ["results/runs/x.jsonl:3", "elsewhere.jsonl:1", ""]
+    assert pe.relative_places({})["trace_where"] == []
