@@ -339,6 +339,8 @@ def _replay(args: argparse.Namespace) -> int:
         found = check_replay_args(traces, args.budget, args.methods, trace_format=trace_format,
                                   strict=not args.lenient)
         if not args.lenient:
+            for r in found.readers:  # the replay below reads the files again and says what it left out
+                r.quiet = True
             for _ in found:  # a bad record fails now, not after the records before it
                 pass
         try:

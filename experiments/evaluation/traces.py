@@ -583,6 +583,8 @@ class TraceReader:
     episodes: int = 0
     excluded: Counter[str] = field(default_factory=Counter)
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. the τ² system prompt rule that applied
+    #: no "not replayed" warning after a pass (a validation pass before the replay, which warns itself)
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -617,7 +619,7 @@ class TraceReader:
             else:
                 self.episodes += 1
                 yield item
-        if self.excluded:
+        if self.excluded and not self.quiet:
             log.warning("%s: %d record(s) not replayed: %s", self.path, sum(self.excluded.values()),
                         "; ".join(f"{n} {r}" for r, n in self.excluded.items()))
 

@@ -169,3 +169,16 @@ def test_hydra_entry_takes_a_glob_a_format_and_a_benchmark(tmp_path, mixed):
     assert [Path(f["path"]).name for f in res["sources"]["files"]] == ["scripted_retail.json", "scripted_telecom.json"]
     assert res["benchmark"] == {"name": "moqa8", "from": "argument"}
     assert res["method_settings"]["acon"]["history_threshold"] == 2048
+
+
+def test_cli_says_once_what_it_left_out(caplog, capsys):
+    """The CLI reads the files twice (a validation pass, then the replay): what a file's records leave out
+    is warned about once."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        code = cli_main(["replay", str(DATA / "taubench"), "--budget", "300", "--methods", "prune",
+                         "--embedding", "hashing"])
+    assert code == 0, capsys.readouterr().err
+    said = [r.getMessage() for r in caplog.records if "not replayed" in r.getMessage()]
+    assert len(said) == 1 and "1 record(s) not replayed" in said[0], said
