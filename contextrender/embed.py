@@ -45,6 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from contextrender.events import Usage
+from contextrender.files import private_file
 from contextrender.tokens import TokenCounter
 
 #: spec §4: emb(r) embeds the first 8,000 characters of r.
@@ -330,7 +331,9 @@ class CachedEmbedder:
         self.dim = inner.dim
         self.max_chars = inner.max_chars
         path = Path(path) if path else default_cache_dir() / "embeddings.sqlite"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Text hashes and their vectors say something of what was embedded: owner-only, as the graph is
+        # (a file or folder created here; an existing one keeps its mode).
+        private_file(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the last writes on power loss is fine

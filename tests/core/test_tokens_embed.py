@@ -142,3 +142,19 @@ def test_an_embedder_off_the_protocol_gets_an_error_that_says_what_it_must_retur
     with pytest.raises(TypeError, match=f"embedder {embedder.name!r}") as err:
         ContextRender(embedder=embedder).render(s, 300)
     assert says in str(err.value)
+
+
+def test_the_embedding_cache_is_owner_only(tmp_path):
+    """Text hashes and vectors say something of what was embedded: the cache file and any folder it creates
+    are 0600 / 0700, like the graph; the WAL files SQLite adds take the file's mode."""
+    import os
+    import stat
+
+    path = tmp_path / "new" / "cache" / "emb.sqlite"
+    emb = CachedEmbedder(HashingEmbedder(dim=16), path=path)
+    emb.embed_documents(["order ORD_1 shipped"])
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path.parent.parent).st_mode) == 0o700
+    for side in path.parent.glob("emb.sqlite-*"):
+        assert stat.S_IMODE(os.stat(side).st_mode) & 0o077 == 0, side
