@@ -343,10 +343,7 @@ def _replay(args: argparse.Namespace) -> int:
                 r.quiet = True
             for _ in found:  # a bad record fails now, not after the records before it
                 pass
-        try:
-            embedder = _embedder(args.embedding)
-        except ImportError as e:
-            raise ValueError(str(e)) from None
+        embedder = _embedder(args.embedding)  # a missing extra: ImportError, reported below
         result = replay_traces(traces, args.budget, args.methods, embedder=embedder,
                                compactor=make_compactor(args.compactor), strict=not args.lenient,
                                progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark,

@@ -103,7 +103,7 @@ GAP_CI_SEED = 0
 GAP_CI_MIN_TRACES = 10
 
 
-def gap_traces(reference: Sequence[int], ceiling: Sequence[int]) -> int:
+def gap_traces(reference: Sequence[int] | np.ndarray, ceiling: Sequence[int] | np.ndarray) -> int:
     """How many traces hold some of the gap: the ceiling covers another number of events than the
     reference there (one count per trace each, in the same order)."""
     if len(reference) != len(ceiling):
@@ -134,7 +134,7 @@ def gap_interval(hits: Sequence[int], reference: Sequence[int], ceiling: Sequenc
     if not 0.0 < level < 1.0 or draws < 1:
         raise ValueError(f"level must lie in (0, 1) and draws be ≥ 1, got {level}, {draws}")
     m, r, c = arrays
-    if int(np.count_nonzero(c != r)) < max(1, min_traces):  # gap_traces
+    if gap_traces(r, c) < max(1, min_traces):
         return None
     rng = np.random.default_rng(seed)
     gains, rooms = [], []

@@ -1028,8 +1028,8 @@ def verdict(evald: Mapping[str, Any], orc: Mapping[str, Any] | None) -> str:
         def ci(r: Mapping[str, Any]) -> str:
             if r.get("gap_ci") is not None:
                 return f" (95 % CI {_ci(r['gap_ci'])})"
-            k = r.get("gap_traces")
-            return f" (the gap lies in {k} trace{'' if k == 1 else 's'})" if k and k < GAP_CI_MIN_TRACES else ""
+            few = _few_traces(r.get("gap_traces"))
+            return f" (the gap lies in {few})" if few else ""
 
         return ", ".join(f"{r['set']} {r['gap_covered']:.0f} %{ci(r)}" for r in rs)
 
@@ -1118,14 +1118,15 @@ def gap_row(set_name: str, res: Mapping[str, Any]) -> dict[str, Any]:
         return gap_interval(*per_trace) if all(h is not None for h in per_trace) else None
 
     spread = [hits(k) for k in ("contextrender", CEILING)]
+    reachable = gap_covered(pl, cr, ref)
     return {"set": set_name, "traces": res["traces"], "events": res["events"], "contextrender": cr,
             "contextrender_plus": pl, "ceiling": ce, "gap_covered": gap,
             "gap_ci": interval("contextrender_plus") if gap is not None else None,
             "gap_traces": gap_traces(*spread) if all(h is not None for h in spread) else None,
             "reference_gap_covered": gap_covered(ref, cr, ce),
             "reference_gap_ci": interval(ref_name) if gap is not None else None,
-            "causal_reference": ref, "reachable_covered": gap_covered(pl, cr, ref),
-            "reachable_ci": interval("contextrender_plus", ref_name) if gap_covered(pl, cr, ref) is not None else None,
+            "causal_reference": ref, "reachable_covered": reachable,
+            "reachable_ci": interval("contextrender_plus", ref_name) if reachable is not None else None,
             "over_budget": ms["contextrender_plus"]["over_budget_renders"]}
 
 
@@ -1146,11 +1147,19 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _few_traces(traces: int | None) -> str | None:
+    """"k traces" when the gap lies in too few for an interval (fewer than GAP_CI_MIN_TRACES), else None."""
+    if not traces or traces >= GAP_CI_MIN_TRACES:
+        return None
+    return f"{traces} trace{'' if traces == 1 else 's'}"
+
+
 def _ci(ci: Sequence[float] | None, traces: int | None = None) -> str:
     """An interval's cell; without one, how many traces hold the gap when that is why (gap_interval)."""
     if ci is not None:
         return f"{ci[0]:.0f} to {ci[1]:.0f} %"
-    return f"– (gap in {traces} trace{'' if traces == 1 else 's'})" if traces and traces < GAP_CI_MIN_TRACES else "–"
+    few = _few_traces(traces)
+    return f"– (gap in {few})" if few else "–"
 
 
 def _share(share: float | None, ci: Sequence[float] | None) -> str:
