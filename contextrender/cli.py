@@ -100,7 +100,10 @@ def _common(p: argparse.ArgumentParser, port: int) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from contextrender import __version__
+
     parser = argparse.ArgumentParser(prog="contextrender", description="ContextRender as a service (spec §9).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the ContextRender server (session API)")

@@ -376,7 +376,7 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
     access = access or AccessPolicy.for_bind("127.0.0.1")
     owned = service is None
     svc = service or ContextService(graph_path, default_method=method, default_budget=budget,
-                                    embedding=embedding, compactor=compactor, warm=warm)
+                                    embedding=embedding, compactor=compactor, warm=warm, overrides=overrides)
     try:
         svc.policy(method, overrides)  # fail at start-up on a bad method or override
     except ServiceError as e:

@@ -221,6 +221,8 @@ class ContextService:
     first over-budget render after start-up does not wait for the embedding
     model to load (MiniLM: seconds; :class:`~contextrender.embed.HashingEmbedder`:
     microseconds). Off for callers that never score relevance.
+    ``overrides``: checked against ``default_method`` at construction, like the
+    method itself (the proxy's ``--override``); renders still take their own.
 
     The service is the graph file's only writer (it takes the graph's
     exclusive lock) and keeps at most ``max_sessions`` sessions in memory,
@@ -231,12 +233,11 @@ class ContextService:
     def __init__(self, graph_path: str = ":memory:", *, default_method: str = "contextrender",
                  default_budget: int = 6000, embedding: str = "local", embedder: Any = None,
                  compactor: Any = "extractive", max_variants: int = 64, max_sessions: int = 256,
-                 max_policies: int = 32, warm: bool = True) -> None:
+                 max_policies: int = 32, warm: bool = True, overrides: dict[str, Any] | None = None) -> None:
         if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget <= 0:
             raise ValueError(f"budget must be a positive integer, got {default_budget!r}")
         if max_sessions < 1 or max_policies < 1:
             raise ValueError("max_sessions and max_policies must be ≥ 1")
-        self.graph = ContextGraph(graph_path, exclusive=True)
         self.default_method = default_method
         self.default_budget = default_budget
         self.embedder = SerialEmbedder(embedder if embedder is not None else make_embedder(embedding))
@@ -249,21 +250,19 @@ class ContextService:
         self._loaded: OrderedDict[str, None] = OrderedDict()  # sessions in memory, least recently used first
         self._policies: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._policy_lock = threading.Lock()
-        self._known: set[str] = set(self.graph.session_ids())
         self._variants: dict[str, list[str]] = {}
+        # What can fail on the configuration fails before the graph file is touched: a
+        # refused method or an embedder that cannot run leaves no new (empty) graph file.
         try:
-            self.policy(default_method)  # fail at start-up, not at the first request
+            self.policy(default_method, overrides)  # fail at start-up, not at the first request
         except ServiceError as e:
-            self.graph.close()
             raise ValueError(e.message) from None
         #: Seconds the start-up warm-up took (None when ``warm=False``).
         self.warm_seconds: float | None = None
         if warm:
-            try:
-                self.warm_seconds = warm_up(self.embedder)
-            except BaseException:  # an embedder that cannot run fails at start-up, and the file is released
-                self.graph.close()
-                raise
+            self.warm_seconds = warm_up(self.embedder)
+        self.graph = ContextGraph(graph_path, exclusive=True)
+        self._known: set[str] = set(self.graph.session_ids())
 
     def close(self) -> None:
         self.graph.close()

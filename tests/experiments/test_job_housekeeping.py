@@ -207,3 +207,18 @@ def test_hydra_log_handlers_redact(tmp_path):
         assert "episodes done" in text and "0 infrastructure errors to retry" in text
         assert secret not in text and "***" in text
     assert json.loads((run_dir / "records" / (STEM.format("prune", 1500) + ".jsonl")).read_text())["task"]
+
+
+def test_a_benchmark_whose_package_is_missing_names_the_package_and_how_to_install_it(tmp_path):
+    # The real entry point in a process where bfcl_eval cannot be imported (as on a machine that
+    # skipped requirements-nodeps.txt). Hydra alone says "Error locating target" and hides why.
+    blocked = ("import runpy, sys; sys.modules['bfcl_eval'] = None; "
+               "runpy.run_module('contextrender.experiments.run', run_name='__main__')")
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-c", blocked, f"run_dir={run_dir}", "embedding=hashing", "progress=false",
+           f"hydra.run.dir={tmp_path}/hydra", "model=oracle", "benchmark=bfcl_multi_turn", "method=prune"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "benchmark (contextrender.experiments.benchmarks.bfcl.BFCLMultiTurn) needs 'bfcl_eval'" in out.stderr
+    assert "pip install --no-deps bfcl-eval==2026.3.23" in out.stderr
+    assert not (run_dir / "records").exists()  # nothing was written for the job

@@ -49,6 +49,15 @@ def test_parser():
         p.parse_args(["proxy", "--budget", "10"])  # --upstream is required
 
 
+def test_version_is_the_package_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"contextrender {version('contextrender')}"
+
+
 def test_export(tmp_path, capsys):
     graph = tmp_path / "g.sqlite"
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]

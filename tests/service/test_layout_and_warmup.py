@@ -103,3 +103,19 @@ def test_server_and_proxy_pass_warm_through(tmp_path):
     proxy = create_proxy_app("http://127.0.0.1:9/v1", str(tmp_path / "c.sqlite"), embedding="hashing")
     assert proxy.state.service.warm_seconds is not None and time.perf_counter() - t0 < 5
     proxy.state.service.close()
+
+
+def test_a_start_up_that_fails_on_its_configuration_leaves_no_graph_file(tmp_path):
+    class Broken(HashingEmbedder):
+        def embed_query(self, text: str) -> Any:
+            raise ImportError("needs the [local] extra")
+
+    path = tmp_path / "g.sqlite"
+    with pytest.raises(ImportError, match="local"):
+        ContextService(str(path), embedder=Broken(dim=8))
+    with pytest.raises(ValueError, match="unknown method|no method|nonexistent"):
+        ContextService(str(path), embedder=HashingEmbedder(dim=8), default_method="nonexistent")
+    with pytest.raises(ValueError, match="refuses overrides|not a tunable|unknown"):
+        create_proxy_app("http://127.0.0.1:9/v1", str(path), budget=500, embedding="hashing",
+                         overrides={"no_such_key": 1})
+    assert list(tmp_path.iterdir()) == []  # nothing was created: a later start finds no stray empty graph
