@@ -44,7 +44,7 @@ from contextrender.analysis.tables import (  # noqa: E402
     CR,
     METRIC_LABELS,
     Table,
-    build,
+    build_with_notes,
     is_offline,
     load_recall,
     method_sort_key,
@@ -344,14 +344,13 @@ def fig_peers(frame: pd.DataFrame, out: str | Path, stem: str = FIGURE) -> list[
 def make_peers(runs: Sequence[str | Path], out: str | Path,
                recall: Sequence[str | Path] = ()) -> tuple[list[Path], pd.DataFrame]:
     """Build and write the peers table and figure; returns the paths and the table's data."""
-    df, summary, _, dropped = build(runs)
+    df, summary, _, _, notes = build_with_notes(runs)
     if df.empty:
         raise SystemExit(f"no records under {', '.join(map(str, runs))} (expected <run_dir>/records/*.jsonl)")
     replays = [load_recall(p) for p in recall]
     frame = peers_frame(summary, df, replays)
     table = peers_table(frame, replays)
-    if dropped:
-        table.notes.append(f"{dropped} duplicate records (same model, benchmark, method, B, task) dropped; kept the last.")
+    table.notes.extend(notes)
     table.notes.append("Source: " + ", ".join(str(r) for r in runs) + f" ({len(df)} records)"
                        + (("; replays: " + ", ".join(str(p) for p in recall)) if recall else "") + ".")
     paths = write_table(table, out)

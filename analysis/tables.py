@@ -46,7 +46,13 @@ from contextrender.experiments.records.cost import (
     record_tokens,
     relative_change,
 )
-from contextrender.experiments.records.schema import STATUSES, effective_records, is_retryable, load_records
+from contextrender.experiments.records.schema import (
+    STATUSES,
+    effective_records,
+    is_retryable,
+    load_records,
+    mixed_config_notes,
+)
 
 FULL = "full"
 CR = "contextrender"
@@ -657,19 +663,36 @@ def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:
 
 def load(runs: Sequence[str | Path]) -> tuple[list[Mapping[str, Any]], int]:
     """The effective records under ``runs`` (one per key, outcomes first), deduplicated per task."""
+    return load_with_notes(runs)[:2]
+
+
+def load_with_notes(runs: Sequence[str | Path]) -> tuple[list[Mapping[str, Any]], int, list[str]]:
+    """:func:`load`, and a note for each job whose counted records mix configs (``mixed_config_notes``)."""
     recs: list[Mapping[str, Any]] = []
     for root in runs:
         recs.extend(load_records(root))
-    return dedupe(effective_records(recs))
+    effective = effective_records(recs)
+    kept, dropped = dedupe(effective)
+    return kept, dropped, mixed_config_notes(effective)
 
 
 def build(runs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[str, str, int], GroupInfo],
                                                  int]:
     """(records frame, per-method summary, group info, duplicates dropped)."""
-    recs, dropped = load(runs)
+    df, summary, groups, dropped, _ = build_with_notes(runs)
+    return df, summary, groups, dropped
+
+
+def build_with_notes(runs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                          dict[tuple[str, str, int], GroupInfo], int, list[str]]:
+    """:func:`build`, and the notes every table of these records carries: duplicates dropped and
+    jobs whose counted records mix configs."""
+    recs, dropped, mixed = load_with_notes(runs)
     groups = group_info(recs)
     df = records_frame(recs, groups)
-    return df, summarise(df, groups), groups, dropped
+    notes = ([f"{dropped} duplicate records (same model, benchmark, method, B, task) dropped; kept the last."]
+             if dropped else []) + mixed
+    return df, summarise(df, groups), groups, dropped, notes
 
 
 TABLES = ("table1", "main", "ablation", "sweep")
@@ -677,11 +700,9 @@ TABLES = ("table1", "main", "ablation", "sweep")
 
 def make_tables(runs: Sequence[str | Path], out: str | Path, which: str = "all",
                 recall: str | Path | Sequence[str | Path] | None = None) -> list[Path]:
-    df, summary, _, dropped = build(runs)
+    df, summary, _, _, extra = build_with_notes(runs)
     if df.empty:
         raise SystemExit(f"no records under {', '.join(map(str, runs))} (expected <run_dir>/records/*.jsonl)")
-    extra = [f"{dropped} duplicate records (same model, benchmark, method, B, task) dropped; kept the last."] \
-        if dropped else []
     source = "Source: " + ", ".join(str(r) for r in runs) + f" ({len(df)} records)."
     if which == "all":
         wanted = ["table1", "main"]

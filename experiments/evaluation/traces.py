@@ -631,6 +631,7 @@ class TraceReader:
     def _lines(self, fmt: str) -> Iterator[Episode | Excluded]:
         parse = _LINE_PARSERS[fmt]
         latest = self._latest_lines() if fmt == "contextrender" else {}
+        configs: dict[str, list[str]] = {}  # job -> config hash of each replayed line, newest last
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 if not raw.strip():
@@ -643,11 +644,34 @@ class TraceReader:
                     if job_task is not None and latest.get(job_task, lineno) != lineno:
                         yield Excluded(SUPERSEDED)
                         continue
+                    if job_task is not None:
+                        parts = _key_parts(obj["key"]) or []
+                        configs.setdefault("|".join(parts[:2] + parts[3:5]), []).append(parts[-1])
                     yield episode
                 except TraceError as e:
                     if self.strict:
                         raise
                     self._skip(e)
+        self._note_mixed_configs(configs)
+
+    def _note_mixed_configs(self, configs: dict[str, list[str]]) -> None:
+        """Say when a runner trace file's replayed lines come from several configs of one job.
+
+        A rerun under another config appends to the same file, and each task's latest line is the
+        one replayed; a task the rerun has not reached (or that ended in an infrastructure error,
+        which writes no trace) still replays its older config's line. Records say the same
+        (``mixed_config_notes``, in the tables' notes)."""
+        mixed = {job: Counter(hashes) for job, hashes in configs.items() if len(set(hashes)) > 1}
+        if not mixed:
+            self.notes.pop("mixed_configs", None)
+            return
+        self.notes["mixed_configs"] = {job: dict(c) for job, c in mixed.items()}
+        if not self.quiet:
+            for job, c in mixed.items():
+                newest = configs[job][-1]
+                log.warning("%s: job %s replays lines of %d configs: %d task(s) of the newest (%s), %d of older "
+                            "ones its rerun has not reached (rerun the job to bring every task to one config)",
+                            self.path, job, len(c), c[newest], newest[:10], sum(c.values()) - c[newest])
 
     def _latest_lines(self) -> dict[tuple[str, str], int]:
         """Runner trace lines: the last VALID line of each job and task (the key without its config

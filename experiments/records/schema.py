@@ -162,6 +162,47 @@ def effective_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str,
     return [r for _, r in sorted(chosen.values(), key=lambda x: x[0])]
 
 
+def record_config(record: Mapping[str, Any]) -> str:
+    """The config hash a record was run with (its field, else the last part of its key)."""
+    chash = record.get("config_hash")
+    if isinstance(chash, str) and chash:
+        return chash
+    key = record.get("key")
+    return key.rsplit("|", 1)[-1] if isinstance(key, str) and key.count("|") >= 5 else ""
+
+
+def mixed_config_notes(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A note for each job whose counted records (one per task) come from more than one config.
+
+    A job rerun under another config (a changed weight or model setting under the same
+    method name) counts the newest record of each task; until the rerun has reached every
+    task, the others still count their older config's record. Tables and replays follow
+    that rule (``analysis.tables.dedupe``, the trace reader); this says when it applies.
+    ``records``: in file order, as :func:`effective_records` returns them; the last record of a
+    task counts, and the newest config is the job's last record's.
+    """
+    tasks: dict[tuple[str, str, str, int], dict[str, str]] = {}
+    newest: dict[tuple[str, str, str, int], str] = {}
+    for r in records:
+        try:
+            job = (str(r["model"]), str(r["benchmark"]), str(r["method"]), int(r["budget"]))
+            task = str(r["task"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        tasks.setdefault(job, {})[task] = newest[job] = record_config(r)
+    notes = []
+    for job, by_task in tasks.items():
+        configs = list(by_task.values())
+        if len(set(configs)) > 1:
+            model, bench, method, budget = job
+            n_new = configs.count(newest[job])
+            notes.append(f"{model} × {bench} × {method} at B={budget}: the counted records come from "
+                         f"{len(set(configs))} configs — {n_new} task(s) from the newest ({newest[job][:10]}), "
+                         f"{len(configs) - n_new} from older ones it has not rerun yet (rerun the job to "
+                         "bring every task to one config)")
+    return notes
+
+
 class RecordFile:
     """The writer of one job's records: thread-safe atomic appends; repaired when opened.
 

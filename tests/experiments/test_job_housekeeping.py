@@ -124,6 +124,35 @@ def test_a_rerun_with_another_config_is_replayed_once_per_task_the_latest(tmp_pa
     assert reader.summary()["excluded"] == {SUPERSEDED: 2}
 
 
+def test_a_rerun_under_another_config_that_has_not_reached_every_task_is_said_in_tables_and_replay(
+        tmp_path, caplog):
+    """Until a rerun under a new config has reached every task, the others count (and replay) their
+    older config's record and trace: each table's notes and the trace reader say so, with the counts."""
+    from contextrender.analysis.tables import build_with_notes
+    from contextrender.experiments.evaluation.traces import read_traces
+
+    over = ("method=prune", "budget=1500")
+    run_job(job(tmp_path, *over, "benchmark.limit=3"))
+    run_job(job(tmp_path, *over, "benchmark.limit=1", "limits.max_steps=7"))  # another config, task 1 only
+    new_hash = config_hash(result_config(job(tmp_path, *over, "limits.max_steps=7")))
+    *_, notes = build_with_notes([tmp_path])
+    mixed = [n for n in notes if "configs" in n]
+    assert len(mixed) == 1, notes
+    assert f"2 configs — 1 task(s) from the newest ({new_hash[:10]}), 2 from older ones" in mixed[0]
+    path = tmp_path / "traces" / f"{STEM.format('prune', 1500)}.jsonl"
+    reader = read_traces(path)
+    with caplog.at_level("WARNING"):
+        assert len(list(reader)) == 3
+    (job_name, counts), = reader.summary()["mixed_configs"].items()
+    assert job_name == "oracle|bfcl_multi_turn_long_context|prune|1500"
+    assert counts[new_hash] == 1 and sum(counts.values()) == 3
+    assert any("replays lines of 2 configs: 1 task(s) of the newest" in r.getMessage() for r in caplog.records)
+    run_job(job(tmp_path, *over, "benchmark.limit=3", "limits.max_steps=7"))  # the rerun reaches every task
+    assert not [n for n in build_with_notes([tmp_path])[-1] if "configs" in n]
+    reader = read_traces(path)
+    assert len(list(reader)) == 3 and "mixed_configs" not in reader.summary()
+
+
 def test_only_a_valid_later_trace_supersedes_and_superseded_lines_are_still_validated(tmp_path):
     """A rerun line that is broken hides nothing (lenient: it is skipped, the earlier one replayed); a
     line without a key (``contextrender export``) or of another task id is never superseded; in strict

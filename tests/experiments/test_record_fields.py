@@ -26,3 +26,22 @@ def test_record_names_metric_and_code_version(tmp_path):
     assert rec["code_version"].startswith(contextrender.__version__)
     # From a checkout the commit is part of the version, so records of different code never look alike.
     assert rec["git_sha"] == "unknown" or rec["code_version"].endswith(rec["git_sha"])
+
+
+def test_mixed_config_notes_count_each_tasks_latest_record_and_read_old_keys():
+    from contextrender.experiments.records.schema import mixed_config_notes, record_config
+
+    def rec(task: str, chash: str, field: bool = True) -> dict:
+        r = {"key": f"m|b|{task}|prune|1500|{chash}", "model": "m", "benchmark": "b", "task": task,
+             "method": "prune", "budget": 1500}
+        return {**r, "config_hash": chash} if field else r  # records before the field: the key's last part
+
+    assert record_config(rec("t1", "aaa", field=False)) == "aaa"
+    old = [rec("t1", "aaa", field=False), rec("t2", "aaa"), rec("t3", "aaa")]
+    assert mixed_config_notes(old) == []
+    (note,) = mixed_config_notes([*old, rec("t2", "bbb")])
+    assert note.startswith("m × b × prune at B=1500: the counted records come from 2 configs — 1 task(s) "
+                           "from the newest (bbb), 2 from older ones")
+    assert mixed_config_notes([*old, rec("t1", "bbb"), rec("t2", "bbb"), rec("t3", "bbb")]) == []
+    other_budget = {**rec("t1", "ccc"), "budget": 3000}  # another job: its own config
+    assert mixed_config_notes([*old, other_budget]) == []
