@@ -9,6 +9,9 @@ OFFLINE_BENCHMARKS ?= tau2_retail,bfcl_multi_turn
 BENCHMARK ?= $(if $(filter oracle,$(MODEL)),$(OFFLINE_BENCHMARKS),appworld_test_normal)
 BUDGET ?=
 ARGS ?=
+# An index holding torch's CPU build, when pip's own indexes have only the CUDA one (plain PyPI on
+# Linux): make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 .PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline plus
 
@@ -19,6 +22,7 @@ setup: $(STAMP) ## create .venv with the pinned, offline-installable dependency 
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) "$$(grep -E '^torch==' requirements.lock)")
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
@@ -78,13 +82,25 @@ sweep: setup ## Figure 5: performance vs budget (SWEEP_BUDGETS=1000,2000,4000 of
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/budget_sweep_offline --out results --table sweep
 	$(PY) -m contextrender.analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
 
-tables: setup ## rebuild every table from the records under results/runs
+# From the records (and the replays' recall files) already under $(RUNS) and results/: each table
+# whose runs are there. The peers table comes with its figure (one command writes both).
+tables: setup ## rebuild the tables (table1, main; ablation, sweep, peers where their runs exist) from results/runs
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table table1
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table main
+	set -e; if [ -d $(RUNS)/ablation/records ]; then \
+		recalls=$$(ls results/recall_*_B$(RUN_BUDGET).json 2>/dev/null || true); \
+		$(PY) -m contextrender.analysis.tables --runs $(RUNS)/ablation --out results --table ablation \
+			$${recalls:+--recall $$recalls}; fi
+	set -e; if [ -d $(RUNS)/budget_sweep_offline/records ]; then \
+		$(PY) -m contextrender.analysis.tables --runs $(RUNS)/budget_sweep_offline --out results --table sweep; fi
+	set -e; if [ -d $(RUNS)/peers/records ]; then \
+		recalls=$$(ls results/peers_recall_*_B$(PEERS_BUDGET).json 2>/dev/null || true); \
+		$(PY) -m contextrender.analysis.peers --runs $(RUNS)/peers --out results $${recalls:+--recall $$recalls}; fi
 
-plots: setup ## rebuild the figures from the records under results/runs
+plots: setup ## rebuild the figures (fig4; fig5 where the sweep's runs exist) from results/runs
 	$(PY) -m contextrender.analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
-	-$(PY) -m contextrender.analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
+	set -e; if [ -d $(RUNS)/budget_sweep_offline/records ]; then \
+		$(PY) -m contextrender.analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5; fi
 
 plus: setup ## contextrender_plus (ours): fit on train traces, held-out recall + ceilings, oracle → results/plus
 	$(PY) -m contextrender.experiments.studies.plus
