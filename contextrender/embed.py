@@ -322,7 +322,7 @@ class CachedEmbedder:
     Args:
         inner: a built-in backend (:class:`LocalEmbedder`, :class:`LiteLLMEmbedder`, :class:`HashingEmbedder`).
         path: SQLite file; default ``$CONTEXTRENDER_CACHE_DIR/embeddings.sqlite``
-            (``~/.cache/contextrender``).
+            (``~/.cache/contextrender``); ``":memory:"``: a cache in memory, for this object only.
     """
 
     def __init__(self, inner: _Base, path: str | Path | None = None) -> None:
@@ -330,11 +330,14 @@ class CachedEmbedder:
         self.name = inner.name
         self.dim = inner.dim
         self.max_chars = inner.max_chars
+        in_memory = str(path) == ":memory:"  # SQLite's in-memory database: no file
         path = Path(path) if path else default_cache_dir() / "embeddings.sqlite"
-        # Text hashes and their vectors say something of what was embedded: owner-only, as the graph is
-        # (a file or folder created here; an existing one keeps its mode).
-        private_file(path)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        if not in_memory:
+            # Text hashes and their vectors say something of what was embedded: owner-only, as the graph
+            # is (a file or folder created here; an existing one keeps its mode).
+            private_file(path)
+        self._db = sqlite3.connect(":memory:" if in_memory else str(path), check_same_thread=False,
+                                   isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the last writes on power loss is fine
         self._db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))")

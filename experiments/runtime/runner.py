@@ -120,6 +120,52 @@ class TraceFile:
         self._file.append_line(json.dumps({"task_id": task_id, "key": key, "messages": messages},
                                           ensure_ascii=False))
 
+    def keys(self) -> set[str]:
+        """The keys of the file's readable lines."""
+        return {d["key"] for d in self._file.read() if isinstance(d, dict) and isinstance(d.get("key"), str)}
+
+
+def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, done: set[str], stem: str) -> int:
+    """Give every done episode its trace line again; returns how many were restored.
+
+    A trace line that could not be read (moved to the quarantine file when the job
+    started) leaves its episode with a record and no trace, so replays would leave the
+    task out. The episode's transcript is still in the job's graph (its last session,
+    ``<key>#<attempt>``: an outcome ends the key's attempts), which is what the line was
+    written from; the line is written again from it. Only each task's counted record (its
+    latest outcome) is restored. An episode the graph does not hold either (the graph
+    file removed) is taken out of ``done`` and run again.
+    """
+    traced = traces.keys()
+    # The counted record of each task (the latest outcome, whatever its config: the tables' rule). An
+    # older config's line restored after a newer one would supersede it in replay; it is not needed.
+    counted: dict[str, Mapping[str, Any]] = {}
+    for r in effective_records(records.load()):
+        if r["key"] in done:
+            counted[str(r.get("task"))] = r
+    outcomes = {r["key"]: r for r in counted.values()}
+    sessions: dict[str, list[str]] = {}
+    for sid in graph.session_ids():
+        key, sep, attempt = sid.rpartition("#")
+        if sep and attempt.isdigit():
+            sessions.setdefault(key, []).append(sid)
+    restored = 0
+    for key, rec in outcomes.items():
+        if not rec.get("trace") or key in traced:  # no trace was written for it (older schemas), or it is there
+            continue
+        sids = sorted(sessions.get(key, []), key=lambda s: int(s.rpartition("#")[2]))
+        if sids:
+            traces.append(key, str(rec["task"]), graph.session(sids[-1]).openai_messages())
+            graph.release(sids[-1])
+            restored += 1
+            log.warning("%s %s: its trace line was unreadable; written again from the job's graph (%s)",
+                        stem, rec["task"], sids[-1])
+        else:
+            done.discard(key)
+            log.warning("%s %s: no readable trace line and no session in the job's graph: run again", stem,
+                        rec["task"])
+    return restored
+
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
     """The config that determines results (hashed into every record key)."""
@@ -232,6 +278,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
     done = records.done_keys()
     traces.prune(done)
     graph = ContextGraph(run_dir / "graphs" / f"{stem}.sqlite")
+    restore_traces(records, traces, graph, done, stem)
     limits = Limits(max_steps=int(cfg.limits.max_steps), max_cost_usd=cfg.limits.max_task_cost_usd)
     weights = OmegaConf.to_container(cfg.method.weights) if "weights" in cfg.method else None
     metric = benchmark.primary_metric

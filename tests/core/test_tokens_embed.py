@@ -158,3 +158,13 @@ def test_the_embedding_cache_is_owner_only(tmp_path):
     assert stat.S_IMODE(os.stat(path.parent.parent).st_mode) == 0o700
     for side in path.parent.glob("emb.sqlite-*"):
         assert stat.S_IMODE(os.stat(side).st_mode) & 0o077 == 0, side
+
+
+def test_an_in_memory_embedding_cache_writes_no_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    emb = CachedEmbedder(HashingEmbedder(dim=16), path=":memory:")
+    first = emb.embed_documents(["order ORD_1 shipped"])
+    again = emb.embed_documents(["order ORD_1 shipped"])
+    assert emb.hits == 1 and emb.misses == 1  # a working cache, in memory
+    assert (first[0] == again[0]).all()
+    assert list(tmp_path.iterdir()) == []  # no file named ':memory:' (nor its -wal/-shm)

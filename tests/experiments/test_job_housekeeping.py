@@ -251,3 +251,40 @@ def test_a_benchmark_whose_package_is_missing_names_the_package_and_how_to_insta
     assert "benchmark (contextrender.experiments.benchmarks.bfcl.BFCLMultiTurn) needs 'bfcl_eval'" in out.stderr
     assert "pip install --no-deps bfcl-eval==2026.3.23" in out.stderr
     assert not (run_dir / "records").exists()  # nothing was written for the job
+
+
+def test_an_unreadable_trace_line_is_written_again_from_the_graph_or_its_episode_rerun(tmp_path, caplog):
+    """A done episode whose trace line cannot be read (quarantined when the job starts) would drop out
+    of every replay; the job writes the line again from its graph, identical, without rerunning the
+    episode; with the graph gone too, the episode runs again. Either way the job ends with every trace."""
+    from contextrender.experiments.evaluation.traces import read_traces
+
+    over = ("method=prune", "budget=1500", "benchmark.limit=3")
+    run_job(job(tmp_path, *over))
+    path = tmp_path / "traces" / f"{STEM.format('prune', 1500)}.jsonl"
+    original = {json.loads(x)["task_id"]: json.loads(x) for x in path.read_text().splitlines()}
+    lines = path.read_text().splitlines()
+    damaged_task = json.loads(lines[1])["task_id"]
+    path.write_text("\n".join([lines[0], lines[1][:-40], lines[2]]) + "\n")  # line 2 cut short
+    with caplog.at_level("WARNING"):
+        again = run_job(job(tmp_path, *over))
+    assert again.ran == 0  # nothing rerun: the graph held the transcript
+    assert any("written again from the job's graph" in r.getMessage() for r in caplog.records)
+    assert path.with_name(path.name + ".quarantine").exists()  # the broken line is kept, not lost
+    eps = {e.task_id: e for e in read_traces(path)}
+    assert sorted(eps) == sorted(original)
+    restored = [json.loads(x) for x in path.read_text().splitlines() if json.loads(x)["task_id"] == damaged_task]
+    assert restored == [original[damaged_task]]  # the same line, byte for byte as JSON
+
+    # the graph gone as well: the episode is run again (a second record for its key; the latest counts)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0][:-40], *lines[1:]]) + "\n")
+    for f in (tmp_path / "graphs").iterdir():
+        f.unlink()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        third = run_job(job(tmp_path, *over))
+    assert third.ran == 1
+    assert any("no session in the job's graph: run again" in r.getMessage() for r in caplog.records)
+    assert sorted(e.task_id for e in read_traces(path)) == sorted(original)
+    assert run_job(job(tmp_path, *over)).ran == 0  # and the job is complete
