@@ -206,6 +206,21 @@ def _access(args: argparse.Namespace) -> Any:
     return policy
 
 
+def _find_session(graph: Any, name: str, path: str) -> str:
+    """The session ``name`` names in ``graph``: the id itself, or a harness record key's latest attempt
+    (the runner names an episode's session ``<record key>#<attempt>``). ValueError lists some that exist."""
+    ids = graph.session_ids()
+    if name in ids:
+        return name
+    attempts = [s for s in ids if s.startswith(name + "#") and s[len(name) + 1:].isdigit()]
+    if attempts:
+        return max(attempts, key=lambda s: int(s.rpartition("#")[2]))
+    some = ", ".join(repr(s) for s in sorted(ids)[:3])
+    listed = f"; it holds {len(ids)}, e.g. {some}" if ids else "; it holds none"
+    raise ValueError(f"no session {name!r} in {path}{listed} (a harness run's graph names each episode "
+                     "'<record key>#<attempt>'; its record key alone picks the latest attempt)")
+
+
 def _export(args: argparse.Namespace) -> int:
     from contextrender.graph import ContextGraph
 
@@ -214,11 +229,13 @@ def _export(args: argparse.Namespace) -> int:
         print(f"contextrender export: no graph file {path}", file=sys.stderr)
         return 2
     with ContextGraph.snapshot(path) as graph:  # a copy: never writes to (or waits on) a running service's file
-        if args.session not in graph.session_ids():
-            print(f"contextrender export: no session {args.session!r} in {path}", file=sys.stderr)
+        try:
+            sid = _find_session(graph, args.session, path)
+        except ValueError as e:
+            print(f"contextrender export: {e}", file=sys.stderr)
             return 2
-        session = graph.session(args.session)
-        line = json.dumps({"task_id": args.session, "messages": session.openai_messages()}, ensure_ascii=False)
+        session = graph.session(sid)
+        line = json.dumps({"task_id": sid, "messages": session.openai_messages()}, ensure_ascii=False)
     if args.out:
         with open_private(args.out, "a") as f:  # a transcript: owner-only, like the graph
             f.write(line + "\n")
@@ -261,14 +278,16 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"contextrender explain: {e}", file=sys.stderr)
         return 2
     with graph:
-        if args.session not in graph.session_ids():
-            print(f"contextrender explain: no session {args.session!r} in {path}", file=sys.stderr)
+        try:
+            sid = _find_session(graph, args.session, path)
+        except ValueError as e:
+            print(f"contextrender explain: {e}", file=sys.stderr)
             return 2
-        session = graph.session(args.session)
+        session = graph.session(sid)
         sel = policy.select(session, args.budget)
         compare = {m: p.render(session, args.budget) for m, p in others.items()}
         full = Scope.of(session).full_tokens(session)
-        sys.stdout.write(f"session {args.session}: next invocation t = {session.next_invocation}, "
+        sys.stdout.write(f"session {sid}: next invocation t = {session.next_invocation}, "
                          f"{len(session.results)} tool results, Tok(H_full) = {full}, B = {args.budget}; "
                          f"{args.method} renders {sel.rendered.tokens} tokens\n\n")
         sys.stdout.write(explain_table(sel, compare=compare) + "\n")
@@ -301,9 +320,8 @@ def _view(args: argparse.Namespace) -> int:
         else:
             path = args.graph or _graph_default()
             with ContextGraph.snapshot(path) as graph:
-                if args.source not in graph.session_ids():
-                    raise ValueError(f"no session {args.source!r} in {path}")
-                name, messages = args.source, graph.session(args.source).openai_messages()
+                name = _find_session(graph, args.source, path)
+                messages = graph.session(name).openai_messages()
         data = method_view(messages, args.methods, args.budget, session_id=name, embedder=embedder)
     except (ValueError, GraphError, ImportError, OSError) as e:
         print(f"contextrender view: {e}", file=sys.stderr)

@@ -11,14 +11,16 @@ Examples::
 from __future__ import annotations
 
 import logging
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from contextrender import offline
 from contextrender.experiments.catalogue import register_resolver
-from contextrender.experiments.runtime.runner import run_job
-from contextrender.redact import redact_handlers
+from contextrender.experiments.runtime.runner import JobConfigError, MissingPackage, run_job
+from contextrender.files import LockedError
+from contextrender.redact import redact, redact_handlers
 
 log = logging.getLogger(__name__)
 register_resolver()  # ${catalogue:...} in conf/experiment/*.yaml, resolved when Hydra composes the sweep
@@ -31,7 +33,14 @@ def main(cfg: DictConfig) -> float | None:
     # request URL at INFO) reach the terminal or the file.
     redact_handlers()
     offline.enable()  # the harness's own settings, applied at its entry point (not on import)
-    summary = run_job(cfg)
+    try:
+        summary = run_job(cfg)
+    except (JobConfigError, MissingPackage, LockedError) as e:  # refused before it ran: the reason, no traceback
+        log.error("%s", redact(str(e)))
+        sys.exit(2)
+    except KeyboardInterrupt:
+        log.warning("interrupted: the episodes that finished are recorded; the same command resumes the job")
+        sys.exit(130)
     log.info("%s: %d episodes done (%d run now, %d skipped, %d infrastructure errors to retry); "
              "mean score %s over all done episodes%s", summary.records, summary.done, summary.ran,
              summary.skipped, summary.errors, summary.mean_score,

@@ -926,6 +926,9 @@ def _benchmark_for(found: TraceSet, benchmark: str | None, methods: Sequence[str
     named = sorted(b for b in recorded if b)
     if len(recorded) == 1 and named:
         return {"name": named[0], "from": "traces"}
+    if len(named) > 1:
+        log.warning("the trace files record several benchmarks (%s): the recall reported pools their events; "
+                    "replay each benchmark's files on its own to report them apart", ", ".join(named))
     if named:
         from contextrender.baselines.acon import is_acon_config
 

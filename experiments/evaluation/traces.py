@@ -599,7 +599,7 @@ class TraceReader:
                 if s.broken:
                     raise TraceError(f"{self.path}: {s.reason}")
                 raise TraceError(f"{self.path}: not a trace file of a known format ({s.reason}); known: "
-                                 f"{', '.join(FORMATS)} (force one with format=/--trace-format)")
+                                 f"{', '.join(FORMATS)} (force one with --trace-format, or trace_format= in the Hydra replay)")
             self.format = s.format
         return self.format
 
@@ -706,7 +706,7 @@ class TraceReader:
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
-            raise TraceError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            raise TraceError(f"{where}: invalid JSON ({e.msg}, column {e.colno})") from None
 
     def _document(self, fmt: str) -> Iterator[Episode | Excluded]:
         try:
@@ -735,7 +735,7 @@ class TraceReader:
         except json.JSONDecodeError as e:
             hint = (f"; the file holds several JSON values (JSONL?), not the one document a {self.format} file is"
                     if e.msg == "Extra data" else "")
-            raise TraceError(f"{self.path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno}){hint}") from None
+            raise TraceError(f"{self.path}:{e.lineno}: invalid JSON ({e.msg}, column {e.colno}){hint}") from None
 
     def _records(self, fmt: str, doc: Any) -> tuple[list[tuple[str, Any]], Any]:
         if fmt == "tau2":

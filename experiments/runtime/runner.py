@@ -177,8 +177,16 @@ def result_config(cfg: DictConfig) -> dict[str, Any]:
     return out
 
 
+class JobConfigError(ValueError):
+    """A job refused before it starts, for its configuration: the entry point prints the message alone."""
+
+
+class MissingPackage(ImportError):
+    """A config group's target needs a package that is not installed (:func:`build`)."""
+
+
 def check_budget(value: Any) -> int:
-    """B as a positive whole number of tokens (spec §1), or ValueError naming the value."""
+    """B as a positive whole number of tokens (spec §1), or :class:`JobConfigError` naming the value."""
     b: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         b = value
@@ -187,7 +195,7 @@ def check_budget(value: Any) -> int:
     elif isinstance(value, str) and value.strip().lstrip("-").isdigit():  # ${oc.env:...} resolves to a string
         b = int(value)
     if b is None or b <= 0:
-        raise ValueError(f"budget must be a positive whole number of tokens (spec §1), got {value!r}")
+        raise JobConfigError(f"budget must be a positive whole number of tokens (spec §1), got {value!r}")
     return b
 
 
@@ -231,8 +239,8 @@ def build(node: Any, group: str) -> Any:
         hint = INSTALL_HINTS.get(top, f"install the package that provides {top!r}")
         target = node.get("_target_") if hasattr(node, "get") else None
         # from None: the chain is Hydra's two wrappers around the one line kept in the message.
-        raise ImportError(f"{group} ({target}) needs {top!r}, which is not installed ({missing}): {hint}",
-                          name=top) from None
+        raise MissingPackage(f"{group} ({target}) needs {top!r}, which is not installed ({missing}): {hint}",
+                             name=top) from None
 
 
 def _no_usage() -> dict[str, dict[str, int]]:

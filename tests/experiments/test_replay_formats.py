@@ -55,8 +55,11 @@ def test_each_format_replays_within_budget(name):
     assert res.to_json()["sources"]["files"][0]["format"] == name.split("_")[0]
 
 
-def test_a_folder_of_every_format_replays_and_records_its_sources(mixed):
-    res = replay(mixed, ["full", "contextrender", "acon"], 10**6)
+def test_a_folder_of_every_format_replays_and_records_its_sources(mixed, caplog):
+    with caplog.at_level("WARNING"):
+        res = replay(mixed, ["full", "contextrender", "acon"], 10**6)
+    assert any("record several benchmarks" in r.getMessage() and "pools their events" in r.getMessage()
+               for r in caplog.records)  # said, not only written into the JSON
     eps = list(open_traces(mixed))
     out = res.to_json()
     assert out["traces"] == len(eps) == 8

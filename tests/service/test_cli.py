@@ -74,6 +74,23 @@ def test_export(tmp_path, capsys):
     assert main(["export", "task-1", "--graph", str(tmp_path / "missing.sqlite")]) == 2
 
 
+def test_a_harness_record_key_names_its_latest_session_and_a_wrong_name_lists_some(tmp_path, capsys):
+    graph = tmp_path / "g.sqlite"
+    key = "oracle|tau2_retail|2|full|2000|38c7d0dd19e281f2"
+    with ContextGraph(graph) as g:
+        for attempt, text in ((0, "first try"), (1, "second try")):
+            g.session(f"{key}#{attempt}").sync([{"role": "user", "content": text}])
+    assert main(["export", key, "--graph", str(graph)]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["task_id"] == f"{key}#1" and line["messages"][0]["content"] == "second try"
+    assert main(["export", f"{key}#0", "--graph", str(graph)]) == 0  # an exact id as before
+    assert json.loads(capsys.readouterr().out)["messages"][0]["content"] == "first try"
+    assert main(["explain", "0", "--graph", str(graph), "--budget", "100", "--embedding", "hashing"]) == 2
+    err = capsys.readouterr().err
+    assert "no session '0'" in err and "it holds 2, e.g." in err and f"'{key}#0'" in err
+    assert "<record key>#<attempt>" in err
+
+
 @pytest.mark.slow
 def test_serve_and_proxy_processes(tmp_path):
     graph = tmp_path / "g.sqlite"
