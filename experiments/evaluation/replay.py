@@ -822,7 +822,8 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     if result.ceiling is not None:
         lines += ["", "Hindsight ceiling: at each turn it knows which results that turn reuses and shows the "
                       "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
-                      "the most reuse events any selector with that scope and trim can cover (not a policy)."]
+                      "the most reuse events any selector with that scope and trim can cover (not a policy). "
+                      "It bounds the total; in one age column a method can pass it."]
         gaps = result.gap_covered()
         unbudgeted = [n for n, t in result.methods.items() if not t.budgeted]
         if gaps:
