@@ -84,9 +84,10 @@ sweep: setup ## Figure 5: performance vs budget (SWEEP_BUDGETS=1000,2000,4000 of
 
 # From the records (and the replays' recall files) already under $(RUNS) and results/: each table
 # whose runs are there. The peers table comes with its figure (one command writes both).
-tables: setup ## rebuild the tables (table1, main; ablation, sweep, peers where their runs exist) from results/runs
-	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table table1
-	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table main
+tables: setup ## rebuild each table whose runs exist under results/runs (table1, main, ablation, sweep, peers)
+	set -e; if [ -d $(RUNS)/table1/records ]; then \
+		$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table table1; \
+		$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table main; fi
 	set -e; if [ -d $(RUNS)/ablation/records ]; then \
 		recalls=$$(ls results/recall_*_B$(RUN_BUDGET).json 2>/dev/null || true); \
 		$(PY) -m contextrender.analysis.tables --runs $(RUNS)/ablation --out results --table ablation \
@@ -97,8 +98,9 @@ tables: setup ## rebuild the tables (table1, main; ablation, sweep, peers where 
 		recalls=$$(ls results/peers_recall_*_B$(PEERS_BUDGET).json 2>/dev/null || true); \
 		$(PY) -m contextrender.analysis.peers --runs $(RUNS)/peers --out results $${recalls:+--recall $$recalls}; fi
 
-plots: setup ## rebuild the figures (fig4; fig5 where the sweep's runs exist) from results/runs
-	$(PY) -m contextrender.analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
+plots: setup ## rebuild each figure whose runs exist under results/runs (fig4, fig5)
+	set -e; if [ -d $(RUNS)/table1/records ]; then \
+		$(PY) -m contextrender.analysis.plots --runs $(RUNS)/table1 --out results --figure fig4; fi
 	set -e; if [ -d $(RUNS)/budget_sweep_offline/records ]; then \
 		$(PY) -m contextrender.analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5; fi
 

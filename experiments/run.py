@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 register_resolver()  # ${catalogue:...} in conf/experiment/*.yaml, resolved when Hydra composes the sweep
 
 
+def _multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 @hydra.main(config_path="pkg://contextrender.conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # Hydra has configured logging (console and the job's .log file) by now; make each of its
@@ -37,6 +44,8 @@ def main(cfg: DictConfig) -> float | None:
         summary = run_job(cfg)
     except (JobConfigError, MissingPackage, LockedError) as e:  # refused before it ran: the reason, no traceback
         log.error("%s", redact(str(e)))
+        if _multirun():
+            raise  # Hydra runs the sweep's other jobs, then fails with it (an exit here would end the sweep)
         sys.exit(2)
     except KeyboardInterrupt:
         log.warning("interrupted: the episodes that finished are recorded; the same command resumes the job")

@@ -62,6 +62,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, FastAPI, Query, Request
@@ -251,17 +252,25 @@ class ContextService:
         self._policies: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._policy_lock = threading.Lock()
         self._variants: dict[str, list[str]] = {}
-        # What can fail on the configuration fails before the graph file is touched: a
-        # refused method or an embedder that cannot run leaves no new (empty) graph file.
+        # An existing graph file is opened (and locked) first, so a file another service holds fails at
+        # once; a new one only once the configuration has passed: a refused method or an embedder that
+        # cannot run leaves no new (empty) graph file behind.
+        existing = graph_path != ":memory:" and Path(graph_path).exists()
+        graph = ContextGraph(graph_path, exclusive=True) if existing else None
         try:
-            self.policy(default_method, overrides)  # fail at start-up, not at the first request
-        except ServiceError as e:
-            raise ValueError(e.message) from None
-        #: Seconds the start-up warm-up took (None when ``warm=False``).
-        self.warm_seconds: float | None = None
-        if warm:
-            self.warm_seconds = warm_up(self.embedder)
-        self.graph = ContextGraph(graph_path, exclusive=True)
+            try:
+                self.policy(default_method, overrides)  # fail at start-up, not at the first request
+            except ServiceError as e:
+                raise ValueError(e.message) from None
+            #: Seconds the start-up warm-up took (None when ``warm=False``).
+            self.warm_seconds: float | None = None
+            if warm:
+                self.warm_seconds = warm_up(self.embedder)
+        except BaseException:
+            if graph is not None:
+                graph.close()
+            raise
+        self.graph = graph if graph is not None else ContextGraph(graph_path, exclusive=True)
         self._known: set[str] = set(self.graph.session_ids())
 
     def close(self) -> None:

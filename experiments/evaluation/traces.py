@@ -631,7 +631,8 @@ class TraceReader:
     def _lines(self, fmt: str) -> Iterator[Episode | Excluded]:
         parse = _LINE_PARSERS[fmt]
         latest = self._latest_lines() if fmt == "contextrender" else {}
-        configs: dict[str, list[str]] = {}  # job -> config hash of each replayed line, newest last
+        configs: dict[str, list[str]] = {}  # job -> config hash of each replayed line
+        newest: dict[str, str] = {}  # job -> config of its last line as first written (not a restored one)
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 if not raw.strip():
@@ -641,26 +642,33 @@ class TraceReader:
                     obj = self._decode(raw, where)
                     episode = parse(obj, where, lineno)  # a superseded line is still validated
                     job_task = _job_task_of(obj, episode) if latest and isinstance(episode, Episode) else None
+                    job = config = None
+                    if job_task is not None:
+                        parts = _key_parts(obj["key"]) or []
+                        job, config = "|".join(parts[:2] + parts[-3:-1]), parts[-1]  # a task id may hold '|'
+                        if not obj.get("restored") or job not in newest:
+                            newest[job] = config
                     if job_task is not None and latest.get(job_task, lineno) != lineno:
                         yield Excluded(SUPERSEDED)
                         continue
-                    if job_task is not None:
-                        parts = _key_parts(obj["key"]) or []
-                        configs.setdefault("|".join(parts[:2] + parts[3:5]), []).append(parts[-1])
+                    if job is not None and config is not None:
+                        configs.setdefault(job, []).append(config)
                     yield episode
                 except TraceError as e:
                     if self.strict:
                         raise
                     self._skip(e)
-        self._note_mixed_configs(configs)
+        self._note_mixed_configs(configs, newest)
 
-    def _note_mixed_configs(self, configs: dict[str, list[str]]) -> None:
+    def _note_mixed_configs(self, configs: dict[str, list[str]], newest: dict[str, str]) -> None:
         """Say when a runner trace file's replayed lines come from several configs of one job.
 
         A rerun under another config appends to the same file, and each task's latest line is the
         one replayed; a task the rerun has not reached (or that ended in an infrastructure error,
         which writes no trace) still replays its older config's line. Records say the same
-        (``mixed_config_notes``, in the tables' notes)."""
+        (``mixed_config_notes``, in the tables' notes). The newest config is that of the job's last line
+        as first written: a line the runner wrote again from its graph (``"restored": true``) says
+        nothing of when its config ran."""
         mixed = {job: Counter(hashes) for job, hashes in configs.items() if len(set(hashes)) > 1}
         if not mixed:
             self.notes.pop("mixed_configs", None)
@@ -668,10 +676,10 @@ class TraceReader:
         self.notes["mixed_configs"] = {job: dict(c) for job, c in mixed.items()}
         if not self.quiet:
             for job, c in mixed.items():
-                newest = configs[job][-1]
+                new = newest[job]
                 log.warning("%s: job %s replays lines of %d configs: %d task(s) of the newest (%s), %d of older "
                             "ones its rerun has not reached (rerun the job to bring every task to one config)",
-                            self.path, job, len(c), c[newest], newest[:10], sum(c.values()) - c[newest])
+                            self.path, job, len(c), c[new], new[:10], sum(c.values()) - c[new])
 
     def _latest_lines(self) -> dict[tuple[str, str], int]:
         """Runner trace lines: the last VALID line of each job and task (the key without its config

@@ -55,6 +55,7 @@ from contextrender.experiments.records.schema import (
     episode_key,
     is_retryable,
     load_records,
+    record_config,
 )
 from contextrender.experiments.runtime.episode import Episode, EpisodeStop, Limits
 from contextrender.files import hold_lock, private_dir
@@ -116,16 +117,20 @@ class TraceFile:
 
         return self._file.repair(keep)
 
-    def append(self, key: str, task_id: str, messages: list[dict[str, Any]]) -> None:
-        self._file.append_line(json.dumps({"task_id": task_id, "key": key, "messages": messages},
-                                          ensure_ascii=False))
+    def append(self, key: str, task_id: str, messages: list[dict[str, Any]], *, restored: bool = False) -> None:
+        """One episode's line; ``restored``: written again from the graph (:func:`restore_traces`)."""
+        line: dict[str, Any] = {"task_id": task_id, "key": key, "messages": messages}
+        if restored:
+            line["restored"] = True
+        self._file.append_line(json.dumps(line, ensure_ascii=False))
 
     def keys(self) -> set[str]:
         """The keys of the file's readable lines."""
         return {d["key"] for d in self._file.read() if isinstance(d, dict) and isinstance(d.get("key"), str)}
 
 
-def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, done: set[str], stem: str) -> int:
+def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, done: set[str], stem: str,
+                   job_keys: set[str]) -> int:
     """Give every done episode its trace line again; returns how many were restored.
 
     A trace line that could not be read (moved to the quarantine file when the job
@@ -133,8 +138,10 @@ def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, 
     task out. The episode's transcript is still in the job's graph (its last session,
     ``<key>#<attempt>``: an outcome ends the key's attempts), which is what the line was
     written from; the line is written again from it. Only each task's counted record (its
-    latest outcome) is restored. An episode the graph does not hold either (the graph
-    file removed) is taken out of ``done`` and run again.
+    latest outcome) is restored, marked ``"restored": true``. An episode the graph does not
+    hold either (the graph file removed) is taken out of ``done`` and run again when it is
+    one of this run's (``job_keys``: its config and task selection); otherwise a warning
+    says its trace is lost.
     """
     traced = traces.keys()
     # The counted record of each task (the latest outcome, whatever its config: the tables' rule). An
@@ -155,15 +162,19 @@ def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, 
             continue
         sids = sorted(sessions.get(key, []), key=lambda s: int(s.rpartition("#")[2]))
         if sids:
-            traces.append(key, str(rec["task"]), graph.session(sids[-1]).openai_messages())
+            traces.append(key, str(rec["task"]), graph.session(sids[-1]).openai_messages(), restored=True)
             graph.release(sids[-1])
             restored += 1
             log.warning("%s %s: its trace line was unreadable; written again from the job's graph (%s)",
                         stem, rec["task"], sids[-1])
-        else:
+        elif key in job_keys:
             done.discard(key)
             log.warning("%s %s: no readable trace line and no session in the job's graph: run again", stem,
                         rec["task"])
+        else:  # another config's record, or a task outside this run's selection: nothing here reruns it
+            log.warning("%s %s: no readable trace line and no session in the job's graph; its record (config "
+                        "%s) is not one this run makes, so replays leave the task out until a run that "
+                        "makes it reruns it", stem, rec["task"], record_config(rec)[:10])
     return restored
 
 
@@ -286,7 +297,6 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
     done = records.done_keys()
     traces.prune(done)
     graph = ContextGraph(run_dir / "graphs" / f"{stem}.sqlite")
-    restore_traces(records, traces, graph, done, stem)
     limits = Limits(max_steps=int(cfg.limits.max_steps), max_cost_usd=cfg.limits.max_task_cost_usd)
     weights = OmegaConf.to_container(cfg.method.weights) if "weights" in cfg.method else None
     metric = benchmark.primary_metric
@@ -294,6 +304,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
     tasks = benchmark.tasks()
     keys = {t.id: episode_key(model.name, benchmark.name, t.id, method_name, budget, chash) for t in tasks}
     job_keys = set(keys.values())
+    restore_traces(records, traces, graph, done, stem, job_keys)
     todo = [t for t in tasks if keys[t.id] not in done]
     retrying = sum(1 for r in effective_records(records.load()) if is_retryable(r) and r["key"] in job_keys)
     log.info("%s: %d tasks, %d done, %d to run%s", stem, len(tasks), len(tasks) - len(todo), len(todo),

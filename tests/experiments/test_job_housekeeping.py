@@ -276,7 +276,8 @@ def test_an_unreadable_trace_line_is_written_again_from_the_graph_or_its_episode
     eps = {e.task_id: e for e in read_traces(path)}
     assert sorted(eps) == sorted(original)
     restored = [json.loads(x) for x in path.read_text().splitlines() if json.loads(x)["task_id"] == damaged_task]
-    assert restored == [original[damaged_task]]  # the same line, byte for byte as JSON
+    assert [r.pop("restored") for r in restored] == [True]  # marked as written again
+    assert restored == [original[damaged_task]]  # otherwise the same line
 
     # the graph gone as well: the episode is run again (a second record for its key; the latest counts)
     lines = path.read_text().splitlines()
@@ -317,3 +318,40 @@ def test_ctrl_c_stops_a_run_with_a_line_not_a_stack_and_the_same_command_resumes
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     recs = load_records(run_dir)
     assert len({r["key"] for r in recs}) == 40 and len(recs) == 40  # resumed: nothing twice
+
+
+def test_a_restored_line_of_an_older_config_neither_supersedes_nor_reads_as_the_newest(tmp_path, caplog):
+    """Config A runs 3 tasks, config B task 0 only; A's line of task 2 is lost and written again (it is
+    task 2's counted trace). The reader still replays B's task 0 and calls B the newest config."""
+    from contextrender.experiments.evaluation.traces import read_traces
+
+    over = ("method=prune", "budget=1500")
+    run_job(job(tmp_path, *over, "benchmark.limit=3"))
+    run_job(job(tmp_path, *over, "benchmark.limit=1", "limits.max_steps=7"))
+    new_hash = config_hash(result_config(job(tmp_path, *over, "limits.max_steps=7")))
+    path = tmp_path / "traces" / f"{STEM.format('prune', 1500)}.jsonl"
+    lines = path.read_text().splitlines()
+    assert len(lines) == 4
+    path.write_text("\n".join([*lines[:2], lines[2][:-40], lines[3]]) + "\n")  # A's task 2 cut short
+    assert run_job(job(tmp_path, *over, "benchmark.limit=1", "limits.max_steps=7")).ran == 0
+    reader = read_traces(path)
+    with caplog.at_level("WARNING"):
+        eps = {e.task_id: e for e in reader}
+    assert len(eps) == 3
+    b_lines = [(n, json.loads(x)["task_id"]) for n, x in enumerate(path.read_text().splitlines(), start=1)
+               if json.loads(x)["key"].endswith(new_hash)]
+    assert len(b_lines) == 1
+    (b_line, b_task), = b_lines
+    assert eps[b_task].line == b_line  # B's task is replayed from B's line, not from an older one
+    assert any(f"1 task(s) of the newest ({new_hash[:10]}), 2 of older" in r.getMessage() for r in caplog.records)
+
+
+def test_in_a_sweep_a_refused_job_does_not_stop_the_others(tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-m", "contextrender.experiments.run", "-m", f"run_dir={run_dir}",
+                          "embedding=hashing", "progress=false", f"hydra.sweep.dir={tmp_path}/sweep", "model=oracle",
+                          "method=prune", "benchmark.limit=1", "budget=0,1500"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "budget must be a positive whole number" in said  # the sweep still fails
+    assert len(load_records(run_dir)) == 1  # but the B=1500 job after the refused one ran

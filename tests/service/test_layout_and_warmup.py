@@ -119,3 +119,18 @@ def test_a_start_up_that_fails_on_its_configuration_leaves_no_graph_file(tmp_pat
         create_proxy_app("http://127.0.0.1:9/v1", str(path), budget=500, embedding="hashing",
                          overrides={"no_such_key": 1})
     assert list(tmp_path.iterdir()) == []  # nothing was created: a later start finds no stray empty graph
+
+
+def test_a_graph_file_another_service_holds_fails_before_the_warm_up(tmp_path):
+    from contextrender.files import LockedError
+
+    path = str(tmp_path / "g.sqlite")
+    holder = ContextService(path, embedder=HashingEmbedder(dim=8))
+    try:
+        emb = CountingEmbedder()
+        with pytest.raises(LockedError):
+            ContextService(path, embedder=emb)
+        assert emb.queries == []  # refused at once: the model was never loaded for it
+    finally:
+        holder.close()
+    ContextService(path, embedder=HashingEmbedder(dim=8)).close()  # and nothing of the refused one holds it
