@@ -244,11 +244,14 @@ def build(node: Any, group: str) -> Any:
         return instantiate(node)
     except InstantiationException as e:
         missing = _missing_module(e)
-        if missing is None:
+        target = str(node.get("_target_")) if hasattr(node, "get") else ""
+        name = str(missing.name) if missing is not None else ""
+        top = name.split(".")[0]
+        # Not a missing package: a mistyped target (the missing module is the target's own path) or
+        # this project's own module failing to import. Hydra's error stands.
+        if missing is None or top == "contextrender" or target == name or target.startswith(name + "."):
             raise
-        top = str(missing.name).split(".")[0]
         hint = INSTALL_HINTS.get(top, f"install the package that provides {top!r}")
-        target = node.get("_target_") if hasattr(node, "get") else None
         # from None: the chain is Hydra's two wrappers around the one line kept in the message.
         raise MissingPackage(f"{group} ({target}) needs {top!r}, which is not installed ({missing}): {hint}",
                              name=top) from None

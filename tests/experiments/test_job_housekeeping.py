@@ -355,3 +355,15 @@ def test_in_a_sweep_a_refused_job_does_not_stop_the_others(tmp_path):
     said = out.stdout + out.stderr
     assert out.returncode != 0 and "budget must be a positive whole number" in said  # the sweep still fails
     assert len(load_records(run_dir)) == 1  # but the B=1500 job after the refused one ran
+
+
+def test_a_mistyped_target_is_not_reported_as_a_missing_package():
+    from hydra.errors import InstantiationException
+    from omegaconf import OmegaConf
+
+    from contextrender.experiments.runtime.runner import MissingPackage, build
+
+    for target in ("contextrender.experiments.benchmarks.bfcll.BFCLMultiTurn", "no_such_pkg_xyz.Thing"):
+        with pytest.raises(InstantiationException) as err:
+            build(OmegaConf.create({"_target_": target}), "benchmark")
+        assert not isinstance(err.value, MissingPackage)
