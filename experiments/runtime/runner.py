@@ -66,7 +66,7 @@ from contextrender.registry import build_policy
 log = logging.getLogger(__name__)
 
 #: config keys that do not change results (excluded from the config hash)
-_RUN_CONTROL = ("workers", "run_dir", "experiment_name", "sweep_cost_cap_usd", "hydra", "progress")
+_RUN_CONTROL = ("workers", "run_dir", "experiment_name", "sweep_cost_cap_usd", "hydra", "progress", "rerun_untraced")
 #: benchmark keys that only choose WHICH tasks run (the task id is in every key), so raising
 #: ``benchmark.limit`` from 20 to 40 runs 20 new tasks instead of all 40 again. Keys that change
 #: an episode's result stay hashed — e.g. moqa8_offline's ``n_tasks`` (it sizes the generated corpus).
@@ -130,7 +130,7 @@ class TraceFile:
 
 
 def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, done: set[str], stem: str,
-                   job_keys: set[str]) -> int:
+                   job_keys: set[str], rerun: bool = False) -> int:
     """Give every done episode its trace line again; returns how many were restored.
 
     A trace line that could not be read (moved to the quarantine file when the job
@@ -139,9 +139,10 @@ def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, 
     ``<key>#<attempt>``: an outcome ends the key's attempts), which is what the line was
     written from; the line is written again from it. Only each task's counted record (its
     latest outcome) is restored, marked ``"restored": true``. An episode the graph does not
-    hold either (the graph file removed) is taken out of ``done`` and run again when it is
-    one of this run's (``job_keys``: its config and task selection); otherwise a warning
-    says its trace is lost.
+    hold either (the graph file removed) keeps its record, and a warning names it; with
+    ``rerun`` (``rerun_untraced=true``: with an API model that is paid for again) it is taken
+    out of ``done`` and run again when it is one of this run's (``job_keys``: its config and
+    task selection).
     """
     traced = traces.keys()
     # The counted record of each task (the latest outcome, whatever its config: the tables' rule). An
@@ -156,7 +157,7 @@ def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, 
         key, sep, attempt = sid.rpartition("#")
         if sep and attempt.isdigit():
             sessions.setdefault(key, []).append(sid)
-    restored = 0
+    restored = untraced = 0
     for key, rec in outcomes.items():
         if not rec.get("trace") or key in traced:  # no trace was written for it (older schemas), or it is there
             continue
@@ -167,14 +168,20 @@ def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, 
             restored += 1
             log.warning("%s %s: its trace line was unreadable; written again from the job's graph (%s)",
                         stem, rec["task"], sids[-1])
-        elif key in job_keys:
+        elif rerun and key in job_keys:
             done.discard(key)
             log.warning("%s %s: no readable trace line and no session in the job's graph: run again", stem,
                         rec["task"])
+        elif key in job_keys:
+            untraced += 1
         else:  # another config's record, or a task outside this run's selection: nothing here reruns it
             log.warning("%s %s: no readable trace line and no session in the job's graph; its record (config "
                         "%s) is not one this run makes, so replays leave the task out until a run that "
                         "makes it reruns it", stem, rec["task"], record_config(rec)[:10])
+    if untraced:
+        log.warning("%s: %d done episode(s) have no readable trace line and no session in the job's graph, so "
+                    "replays leave them out; rerun_untraced=true runs them again (a paid model pays again)",
+                    stem, untraced)
     return restored
 
 
@@ -307,7 +314,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
     tasks = benchmark.tasks()
     keys = {t.id: episode_key(model.name, benchmark.name, t.id, method_name, budget, chash) for t in tasks}
     job_keys = set(keys.values())
-    restore_traces(records, traces, graph, done, stem, job_keys)
+    restore_traces(records, traces, graph, done, stem, job_keys, rerun=bool(cfg.get("rerun_untraced", False)))
     todo = [t for t in tasks if keys[t.id] not in done]
     retrying = sum(1 for r in effective_records(records.load()) if is_retryable(r) and r["key"] in job_keys)
     log.info("%s: %d tasks, %d done, %d to run%s", stem, len(tasks), len(tasks) - len(todo), len(todo),

@@ -100,6 +100,7 @@ def test_task_selection_is_out_of_the_config_hash_but_results_are_in():
     base = h("benchmark.limit=2")
     assert h("benchmark.limit=40") == h("benchmark.limit=null") == base
     assert h("benchmark.ids=[multi_turn_long_context_3]") == base
+    assert h("rerun_untraced=true") == h("workers=3") == base  # run control, not results
     # what changes an episode's result stays in the key
     assert h("benchmark.per_turn_step_limit=5") != base
     assert h("limits.max_steps=7") != base
@@ -279,14 +280,20 @@ def test_an_unreadable_trace_line_is_written_again_from_the_graph_or_its_episode
     assert [r.pop("restored") for r in restored] == [True]  # marked as written again
     assert restored == [original[damaged_task]]  # otherwise the same line
 
-    # the graph gone as well: the episode is run again (a second record for its key; the latest counts)
+    # the graph gone as well: by default a warning (a paid model would pay again), nothing rerun; with
+    # rerun_untraced=true the episode runs again (a second record for its key; the latest counts)
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0][:-40], *lines[1:]]) + "\n")
     for f in (tmp_path / "graphs").iterdir():
         f.unlink()
     caplog.clear()
     with caplog.at_level("WARNING"):
-        third = run_job(job(tmp_path, *over))
+        assert run_job(job(tmp_path, *over)).ran == 0
+    assert any("1 done episode(s) have no readable trace line" in r.getMessage() for r in caplog.records)
+    assert len(list(read_traces(path))) == 2
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        third = run_job(job(tmp_path, *over, "rerun_untraced=true"))
     assert third.ran == 1
     assert any("no session in the job's graph: run again" in r.getMessage() for r in caplog.records)
     assert sorted(e.task_id for e in read_traces(path)) == sorted(original)
