@@ -209,12 +209,14 @@ def _access(args: argparse.Namespace) -> Any:
 def _find_session(graph: Any, name: str, path: str) -> str:
     """The session ``name`` names in ``graph``: the id itself, or a harness record key's latest attempt
     (the runner names an episode's session ``<record key>#<attempt>``). ValueError lists some that exist."""
+    from contextrender.graph import attempt_of
+
     ids = graph.session_ids()
     if name in ids:
         return name
-    attempts = [s for s in ids if s.startswith(name + "#") and s[len(name) + 1:].isdigit()]
+    attempts = [(a[1], s) for s in ids if (a := attempt_of(s)) is not None and a[0] == name]
     if attempts:
-        return max(attempts, key=lambda s: int(s.rpartition("#")[2]))
+        return max(attempts)[1]
     some = ", ".join(repr(s) for s in sorted(ids)[:3])
     listed = f"; it holds {len(ids)}, e.g. {some}" if ids else "; it holds none"
     raise ValueError(f"no session {name!r} in {path}{listed} (a harness run's graph names each episode "

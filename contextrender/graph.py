@@ -101,6 +101,12 @@ class ResultArrays:
     marker_ntok: np.ndarray
 
 
+def attempt_of(session_id: str) -> tuple[str, int] | None:
+    """``(key, n)`` of a session id ``<key>#<n>`` (the harness names an episode's n-th attempt so), else None."""
+    key, sep, n = session_id.rpartition("#")
+    return (key, int(n)) if sep and n.isascii() and n.isdigit() else None
+
+
 def _digest(msg: Message) -> str:
     return hashlib.sha256(json.dumps(msg.to_openai(), sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
@@ -576,4 +582,4 @@ class Session:
         return json.loads(rows[0][0]) if rows else None
 
 
-__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "OMISSION_MARKER"]
+__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "OMISSION_MARKER", "attempt_of"]

@@ -31,7 +31,7 @@ import logging
 import re
 import threading
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +59,7 @@ from contextrender.experiments.records.schema import (
 )
 from contextrender.experiments.runtime.episode import Episode, EpisodeStop, Limits
 from contextrender.files import hold_lock, private_dir
-from contextrender.graph import ContextGraph
+from contextrender.graph import ContextGraph, attempt_of
 from contextrender.redact import redact
 from contextrender.registry import build_policy
 
@@ -95,6 +95,8 @@ class TraceFile:
         self.path = path
         private_dir(path.parent)
         self._file = JsonlFile(path)
+        #: the keys of the lines :meth:`prune` kept
+        self.kept: set[str] = set()
 
     @property
     def quarantine(self) -> Path:
@@ -115,7 +117,9 @@ class TraceFile:
                 return True
             return False
 
-        return self._file.repair(keep)
+        repair = self._file.repair(keep)
+        self.kept = seen
+        return repair
 
     def append(self, key: str, task_id: str, messages: list[dict[str, Any]], *, restored: bool = False) -> None:
         """One episode's line; ``restored``: written again from the graph (:func:`restore_traces`)."""
@@ -124,14 +128,13 @@ class TraceFile:
             line["restored"] = True
         self._file.append_line(json.dumps(line, ensure_ascii=False))
 
-    def keys(self) -> set[str]:
-        """The keys of the file's readable lines."""
-        return {d["key"] for d in self._file.read() if isinstance(d, dict) and isinstance(d.get("key"), str)}
 
 
-def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, done: set[str], stem: str,
-                   job_keys: set[str], rerun: bool = False) -> int:
+def restore_traces(effective: Sequence[Mapping[str, Any]], traces: TraceFile, graph: ContextGraph, done: set[str],
+                   stem: str, job_keys: set[str], rerun: bool = False) -> int:
     """Give every done episode its trace line again; returns how many were restored.
+
+    ``effective``: the job's :func:`effective_records`; ``traces`` already pruned (its ``kept`` keys).
 
     A trace line that could not be read (moved to the quarantine file when the job
     started) leaves its episode with a record and no trace, so replays would leave the
@@ -144,30 +147,30 @@ def restore_traces(records: RecordFile, traces: TraceFile, graph: ContextGraph, 
     out of ``done`` and run again when it is one of this run's (``job_keys``: its config and
     task selection).
     """
-    traced = traces.keys()
+    traced = traces.kept
     # The counted record of each task (the latest outcome, whatever its config: the tables' rule). An
     # older config's line restored after a newer one would supersede it in replay; it is not needed.
     counted: dict[str, Mapping[str, Any]] = {}
-    for r in effective_records(records.load()):
+    for r in effective:
         if r["key"] in done:
             counted[str(r.get("task"))] = r
     outcomes = {r["key"]: r for r in counted.values()}
-    sessions: dict[str, list[str]] = {}
+    latest: dict[str, tuple[int, str]] = {}  # record key -> its last attempt's session
     for sid in graph.session_ids():
-        key, sep, attempt = sid.rpartition("#")
-        if sep and attempt.isdigit():
-            sessions.setdefault(key, []).append(sid)
+        a = attempt_of(sid)
+        if a is not None and a[1] >= latest.get(a[0], (-1, ""))[0]:
+            latest[a[0]] = (a[1], sid)
     restored = untraced = 0
     for key, rec in outcomes.items():
         if not rec.get("trace") or key in traced:  # no trace was written for it (older schemas), or it is there
             continue
-        sids = sorted(sessions.get(key, []), key=lambda s: int(s.rpartition("#")[2]))
-        if sids:
-            traces.append(key, str(rec["task"]), graph.session(sids[-1]).openai_messages(), restored=True)
-            graph.release(sids[-1])
+        if key in latest:
+            sid = latest[key][1]
+            traces.append(key, str(rec["task"]), graph.session(sid).openai_messages(), restored=True)
+            graph.release(sid)
             restored += 1
             log.warning("%s %s: its trace line was unreadable; written again from the job's graph (%s)",
-                        stem, rec["task"], sids[-1])
+                        stem, rec["task"], sid)
         elif rerun and key in job_keys:
             done.discard(key)
             log.warning("%s %s: no readable trace line and no session in the job's graph: run again", stem,
@@ -304,7 +307,8 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
                 acon_thresholds: dict[str, Any] | None = None) -> JobSummary:
     records = RecordFile(run_dir / "records" / f"{stem}.jsonl")
     traces = TraceFile(run_dir / "traces" / f"{stem}.jsonl")
-    done = records.done_keys()
+    effective = effective_records(records.load())  # read once: done keys, restores, retries
+    done = {r["key"] for r in effective if not is_retryable(r)}  # RecordFile.done_keys, from the same read
     traces.prune(done)
     graph = ContextGraph(run_dir / "graphs" / f"{stem}.sqlite")
     limits = Limits(max_steps=int(cfg.limits.max_steps), max_cost_usd=cfg.limits.max_task_cost_usd)
@@ -314,9 +318,9 @@ def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: s
     tasks = benchmark.tasks()
     keys = {t.id: episode_key(model.name, benchmark.name, t.id, method_name, budget, chash) for t in tasks}
     job_keys = set(keys.values())
-    restore_traces(records, traces, graph, done, stem, job_keys, rerun=bool(cfg.get("rerun_untraced", False)))
+    restore_traces(effective, traces, graph, done, stem, job_keys, rerun=bool(cfg.get("rerun_untraced", False)))
     todo = [t for t in tasks if keys[t.id] not in done]
-    retrying = sum(1 for r in effective_records(records.load()) if is_retryable(r) and r["key"] in job_keys)
+    retrying = sum(1 for r in effective if is_retryable(r) and r["key"] in job_keys)
     log.info("%s: %d tasks, %d done, %d to run%s", stem, len(tasks), len(tasks) - len(todo), len(todo),
              f" ({retrying} after an infrastructure error)" if retrying else "")
 
