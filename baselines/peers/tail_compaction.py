@@ -126,6 +126,10 @@ class TailCompaction(SummaryPolicy):
         """opencode's ``select``: the first seq of the kept tail (len(session): no tail)."""
         msgs = sorted({*window, *([scope.current] if scope.current is not None else [])})
         starts = [i for i, s in enumerate(msgs) if session.message(s).role == "user"]
+        if msgs and not starts:
+            # A solo run (τ² telecom ``no-user``) has no user message at all: its history is one turn.
+            # (Before a first user message, an assistant greeting belongs to no turn and goes to the head.)
+            starts = [0]
         turns = [(a, b) for a, b in zip(starts, [*starts[1:], len(msgs)], strict=True)]
         room = self.tail_budget(budget)
         total = 0

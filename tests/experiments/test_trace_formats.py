@@ -384,11 +384,13 @@ def test_a_directory_reads_every_trace_file_and_lists_the_others(tmp_path):
         ("ours.jsonl", "contextrender", 2),
         ("tau2/scripted_retail.json", "tau2", 2),
         ("tau2/scripted_telecom.json", "tau2", 1),
+        ("tau2/scripted_telecom_solo.json", "tau2", 1),
         ("v1.json", "taubench", 1)]
-    assert len(eps) == 8
+    assert len(eps) == 9
     ignored = {Path(i["path"]).name: i["reason"] for i in summary["ignored"]}
     assert set(ignored) == {"notes.txt", "scripted_retail_results.json", "scripted_retail_termination_summary.json",
-                            "scripted_telecom_results.json", "scripted_telecom_termination_summary.json"}
+                            "scripted_telecom_results.json", "scripted_telecom_termination_summary.json",
+                            "scripted_telecom_solo_results.json", "scripted_telecom_solo_termination_summary.json"}
     assert ignored["notes.txt"] == "not JSON"
 
 
@@ -408,8 +410,9 @@ def test_files_under_the_working_directory_are_named_relative_to_it(tmp_path, mo
 
 def test_globs_and_lists(tmp_path):
     found = open_traces(str(DATA / "tau2" / "scripted_*.json"))
-    assert [Path(r.path).name for r in found.readers] == ["scripted_retail.json", "scripted_telecom.json"]
-    assert len(found.ignored) == 4
+    assert [Path(r.path).name for r in found.readers] == ["scripted_retail.json", "scripted_telecom.json",
+                                                          "scripted_telecom_solo.json"]
+    assert len(found.ignored) == 6
     found = open_traces([TAU2_RETAIL, BFCL, TAU2_RETAIL])  # a file named twice is read once
     assert [r.format for r in found.readers if r.resolve_format()] == ["tau2", "bfcl"]
 
