@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,7 @@ class ContextGraph:
         self._lock = threading.RLock()
         self._tx_depth = 0
         self._sessions: dict[str, Session] = {}
+        self._reuse = _ReuseTally()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -160,6 +161,8 @@ class ContextGraph:
                     f"BEGIN SELECT RAISE(ABORT, 'context graph is append-only: {op} on {name}'); END"
                 )
         db.execute("CREATE INDEX IF NOT EXISTS artifacts_key ON artifacts (session_id, kind, key, id)")
+        # The first edge of each source (tool_reuse): a source's edges, in rowid order, by index.
+        db.execute("CREATE INDEX IF NOT EXISTS reuse_edges_source ON reuse_edges (session_id, source_seq)")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -232,6 +235,32 @@ class ContextGraph:
         with self._lock:
             self._sessions.pop(session_id, None)
 
+    def tool_reuse(self, exclude: Iterable[str] = ()) -> dict[str, ToolReuse]:
+        """Per tool name, over the sessions in the file: how many results, and how many a later step reused.
+
+        "Reused": Tool-Flow Analysis credited at least one later operation of the same session to the
+        result (spec §3) — a later tool call (``by_call``), the text of a later assistant message
+        (``by_text``), either (``reused``). What a learning policy knows of the user's own tools
+        (``contextrender_plus``); nothing here is fitted or shipped. Sessions in ``exclude`` are left
+        out (a retried attempt's earlier tries). Incremental: each stored result and edge is read once
+        per graph object, so a call costs what was added since the last one.
+        """
+        with self._lock:
+            tally = self._reuse
+            tally.refresh(self._db)
+            out = {t: ToolReuse(*c) for t, c in tally.by_tool.items()}
+            skip = sorted(set(exclude))
+            if skip:
+                marks = ",".join("?" * len(skip))
+                for tool, *c in self._db.execute(
+                        "SELECT r.tool_name, COUNT(*), "
+                        + ", ".join(f"SUM(EXISTS (SELECT 1 FROM reuse_edges e WHERE e.session_id = r.session_id "
+                                    f"AND e.source_seq = r.seq{cond}))" for cond in _EDGE_KINDS)
+                        + f" FROM tool_results r WHERE r.session_id IN ({marks}) GROUP BY r.tool_name", skip):
+                    have = out.get(tool, ToolReuse())
+                    out[tool] = ToolReuse(*(max(a - int(b or 0), 0) for a, b in zip(astuple(have), c, strict=True)))
+            return out
+
     def session_ids(self) -> list[str]:
         return [r[0] for r in self._query("SELECT id FROM sessions ORDER BY created_at, id")]
 
@@ -248,6 +277,47 @@ class ContextGraph:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class ToolReuse:
+    """One tool's results in a graph file, and how many of them a later step reused (and how)."""
+
+    results: int = 0
+    reused: int = 0  # by any later operation
+    by_call: int = 0  # by a later tool call
+    by_text: int = 0  # by the text of a later assistant message
+
+
+#: SQL conditions on an edge for ToolReuse's reused / by_call / by_text (part -1: an assistant's text).
+_EDGE_KINDS = ("", " AND e.part >= 0", " AND e.part < 0")
+
+
+class _ReuseTally:
+    """:meth:`ContextGraph.tool_reuse`'s running counts: rows read so far (rowids only grow: append-only)."""
+
+    def __init__(self) -> None:
+        self.results_upto = 0
+        self.edges_upto = 0
+        self.by_tool: dict[str, list[int]] = {}
+
+    def refresh(self, db: sqlite3.Connection) -> None:
+        for rowid, tool in db.execute("SELECT rowid, tool_name FROM tool_results WHERE rowid > ? ORDER BY rowid",
+                                      (self.results_upto,)).fetchall():
+            self.by_tool.setdefault(tool, [0, 0, 0, 0])[0] += 1
+            self.results_upto = rowid
+        # An edge counts its source once per kind: when it is that source's first edge of the kind.
+        firsts = ", ".join(f"(SELECT MIN(e.rowid) FROM reuse_edges e WHERE e.session_id = n.session_id AND "
+                           f"e.source_seq = n.source_seq{cond})" for cond in _EDGE_KINDS)
+        for rowid, tool, *first in db.execute(
+                f"SELECT n.rowid, r.tool_name, {firsts} FROM reuse_edges n JOIN tool_results r ON "
+                "r.session_id = n.session_id AND r.seq = n.source_seq WHERE n.rowid > ? ORDER BY n.rowid",
+                (self.edges_upto,)).fetchall():
+            counts = self.by_tool.setdefault(tool, [0, 0, 0, 0])
+            for k, f in enumerate(first, start=1):
+                if f == rowid:
+                    counts[k] += 1
+            self.edges_upto = max(self.edges_upto, rowid)
 
 
 class Session:
@@ -582,4 +652,5 @@ class Session:
         return json.loads(rows[0][0]) if rows else None
 
 
-__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "OMISSION_MARKER", "attempt_of"]
+__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "ToolReuse", "OMISSION_MARKER",
+           "attempt_of"]

@@ -72,14 +72,17 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
 
 from contextrender.compaction import Compactor
 from contextrender.events import Usage, decoded_arguments
-from contextrender.graph import Session
+from contextrender.graph import Session, attempt_of
+from contextrender.idform import id_form
 from contextrender.render import focus_text, marker_text, text_message_tokens
+from contextrender.scoring import matvec
 from contextrender.selector import Choice, ContextRender, FillRoom, Stage, greedy
 from contextrender.tabular import tabulate
 from contextrender.tfa import match_tokens
@@ -105,6 +108,19 @@ def log_odds(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
+#: δ of the learned id value: a tool never reused either way is worth half its full text as ids.
+_DELTA = 0.05
+
+
+@dataclass(frozen=True)
+class Learned:
+    """P̂ that a result of a tool is reused later: at all, by a later tool call, by a later assistant's text."""
+
+    reuse: float
+    call: float
+    text: float
+
+
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     cache[key] = value
     if len(cache) > CACHE_SIZE:
@@ -116,6 +132,8 @@ class ContextRenderPlus(ContextRender):
     compacted forms for omitted results — each a switch (see the module docstring)."""
 
     def __init__(self, *, packing: bool = True, stubs: bool = True, tabular: bool = True, lexical: float = 1.0,
+                 id_forms: bool = False, id_value: float = 0.8,
+                 learned_prior: float = 0.0, learned_strength: float = 2.0, learned_id_value: bool = False,
                  compact_omitted: bool = True, stub_max_values: int = 12,
                  tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
                  prior_default: float = 0.0, session_prior: float = 0.0,
@@ -126,6 +144,18 @@ class ContextRenderPlus(ContextRender):
         if stub_max_values < 0:
             raise ValueError(f"stub_max_values must be ≥ 0, got {stub_max_values}")
         self.packing = bool(packing)
+        self.id_forms = bool(id_forms)
+        self.id_value = float(id_value)
+        if not 0.0 <= self.id_value <= 1.0:
+            raise ValueError(f"id_value must lie in [0, 1], got {id_value}")
+        self.learned_prior = float(learned_prior)
+        self.learned_strength = float(learned_strength)
+        self.learned_id_value = bool(learned_id_value)
+        if self.learned_strength <= 0:
+            raise ValueError(f"learned_strength must be positive, got {learned_strength}")
+        self._siblings: OrderedDict[tuple[int, str, int], tuple[str, ...]] = OrderedDict()
+        self._learned: OrderedDict[tuple[int, str, int], dict[str, Learned]] = OrderedDict()
+        self._ids: OrderedDict[tuple[str, int], tuple[str, int]] = OrderedDict()
         self.stubs = bool(stubs)
         self.tabular = bool(tabular)
         self.lexical = float(lexical)
@@ -156,10 +186,12 @@ class ContextRenderPlus(ContextRender):
             terms.append(self._lexical_term)
         if self.prior_weight != 0.0 or self.session_prior != 0.0:
             terms.append(self._prior_term)
+        if self.learned_prior != 0.0:
+            terms.append(self._learned_term)
         # embedder/compactor named explicitly: build_policy injects runtime objects by signature.
         super().__init__(name=name, embedder=embedder, compactor=compactor, terms=tuple(terms),
-                         chooser=self._packing_chooser if self.packing else None,
-                         filler=self._fill_omitted if (self.stubs or self.tabular or self.compact_omitted) else None, **kwargs)
+                         chooser=self._ids_chooser if self.id_forms else (self._packing_chooser if self.packing else None),
+                         filler=self._fill_omitted if (self.stubs or self.tabular or self.compact_omitted or self.id_forms) else None, **kwargs)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -193,6 +225,107 @@ class ContextRenderPlus(ContextRender):
         if not vals:
             return marker
         return f"{marker[:-1]}; values: {', '.join(vals)}]"
+
+    def id_text(self, session: Session, seq: int) -> tuple[str, int]:
+        """The result's id form (:mod:`contextrender.idform`) and its tool message's tokens (cached)."""
+        key = (session.id, seq)
+        hit = self._ids.get(key)
+        if hit is None:
+            text = id_form(session.message(seq).content)
+            hit = (text, text_message_tokens(session.counter, text))
+            _remember(self._ids, key, hit)
+        return hit
+
+    def _id_costs(self, session: Session, st: Stage) -> np.ndarray:
+        """Per result: Tok of its tool message as its id form (the full message when that is not longer)."""
+        return np.fromiter((min(self.id_text(session, s)[1], int(n)) for s, n in zip(st.results, st.arrays.ntok, strict=True)),
+                           dtype=np.int64, count=len(st.results))
+
+    def _ids_chooser(self, session: Session, st: Stage, budget: int, diversity: float, trace: bool) -> Choice:
+        """Step 4 with the id form as a middle option: a multiple-choice knapsack over (marker, id form, full)."""
+        ids = self._id_costs(session, st)
+        best: Choice | None = None
+        for mode in (("floor", "plain", "dense") if self.packing else ("floor", "plain")):
+            c = self._upgrade(session, st, ids, budget, diversity, mode, trace)
+            if best is None or c.total > best.total + 1e-12:
+                best = c
+        assert best is not None
+        return best
+
+    def _upgrade(self, session: Session, st: Stage, ids: np.ndarray, budget: int, diversity: float, mode: str,
+                 trace: bool) -> Choice:
+        """Greedy upgrades of each candidate: marker → id form (worth ``id_value``·U) → full (worth U − 0.5·D,
+        the paper's gain), the best upgrade that fits first (by value, or by value per token), until none fits.
+
+        An id form no shorter than the full text is never an option (the full text is). Ties → older result.
+        """
+        n = len(st.results)
+        beta = self.id_values(session, st)
+        full_cost = st.marker_cost + st.delta  # the full (or, oversized, compacted) tool message
+        has_ids = ids < full_cost
+        # An oversized result's "full" option is its compacted form, which keeps less of what calls need
+        # than its id form: with an id form, that is its option.
+        oversized = np.zeros(n, dtype=bool)
+        oversized[list(st.compacted)] = True
+        no_full = oversized & (ids < st.arrays.ntok)
+        has_ids = has_ids | no_full
+        form = np.zeros(n, dtype=np.int8)  # 0 marker, 1 id form, 2 full
+        dmax = np.zeros(n, dtype=np.float64)
+        current = st.base_tokens
+        picks: list[tuple[int, float]] = []
+        total = 0.0
+        lost_to = np.full(n, -1, dtype=np.int64) if trace else None
+        lost_sim = np.zeros(n, dtype=np.float64) if trace else None
+        pick_sim = np.zeros(n, dtype=np.float64) if trace else None
+        g = st.util
+        while True:
+            now_cost = np.where(form == 1, ids, st.marker_cost)
+            now_val = np.where(form == 1, beta * g, 0.0)
+            to_full_dc = full_cost - now_cost
+            to_full_dv = g - diversity * dmax - now_val
+            to_ids_dc = ids - st.marker_cost
+            to_ids_dv = beta * g
+            open_ = st.cand & (form < 2)
+            f_ok = open_ & ~no_full & (current + to_full_dc <= budget)
+            i_ok = open_ & (form == 0) & has_ids & (current + to_ids_dc <= budget)
+            if not (f_ok.any() or i_ok.any()):
+                break
+            if mode == "floor" and i_ok.any():  # the id floor: every id form that fits, most useful first
+                f_ok = np.zeros(n, dtype=bool)
+            if mode == "dense":
+                def key(dv: np.ndarray, dc: np.ndarray) -> np.ndarray:
+                    cost = np.maximum(dc, 1).astype(np.float64)
+                    return np.where(dv > 0, np.where(dc <= 0, np.inf, dv / cost), dv * cost)
+            else:
+                def key(dv: np.ndarray, dc: np.ndarray) -> np.ndarray:
+                    return dv
+            kf = np.where(f_ok, key(to_full_dv, to_full_dc), -np.inf)
+            ki = np.where(i_ok, key(to_ids_dv, to_ids_dc), -np.inf)
+            i_f, i_i = int(np.argmax(kf)), int(np.argmax(ki))
+            # the better of the two upgrades; on a tie the older result, then the lighter form
+            if kf[i_f] > ki[i_i] or (kf[i_f] == ki[i_i] and i_f < i_i):
+                i = i_f
+                if trace:
+                    assert lost_to is not None and lost_sim is not None and pick_sim is not None
+                    losers = f_ok.copy()
+                    losers[i] = False
+                    lost_to[losers] = i
+                    lost_sim[losers] = dmax[losers]
+                    pick_sim[i] = dmax[i]
+                gain = float(g[i] - diversity * dmax[i])
+                total += float(to_full_dv[i])
+                current += int(to_full_dc[i])
+                form[i] = 2
+                picks.append((i, gain))
+                if diversity != 0.0:
+                    np.maximum(dmax, matvec(st.embs, st.embs[i]), out=dmax)
+            else:
+                i = i_i
+                total += float(to_ids_dv[i])
+                current += int(to_ids_dc[i])
+                form[i] = 1
+        reserved = {int(i): "ids" for i in np.flatnonzero(form == 1).tolist()}
+        return Choice(form == 2, picks, total, lost_to, lost_sim, pick_sim, reserved)
 
     # -- the extension points ---------------------------------------------------------
 
@@ -262,6 +395,82 @@ class ContextRenderPlus(ContextRender):
             out[young] = out[st.cand].max()
         return out
 
+    def siblings(self, session: Session) -> tuple[str, ...]:
+        """What learning from the session's graph file leaves out besides the session itself: the other
+        attempts of its own harness episode (``<key>#<n>``), and every attempt of another episode that a
+        later attempt superseded (a killed run's partial try), so a resumed job learns what an
+        uninterrupted one would. Cached per session and number of sessions in the file."""
+        ids = session.graph.session_ids()
+        key = (id(session.graph), session.id, len(ids))
+        hit = self._siblings.get(key)
+        if hit is None:
+            latest: dict[str, int] = {}
+            for s in ids:
+                parsed = attempt_of(s)
+                if parsed is not None:
+                    latest[parsed[0]] = max(latest.get(parsed[0], parsed[1]), parsed[1])
+            own = attempt_of(session.id)
+            out = []
+            for s in ids:
+                parsed = attempt_of(s)
+                if s == session.id or parsed is None:
+                    continue
+                if (own is not None and parsed[0] == own[0]) or parsed[1] < latest[parsed[0]]:
+                    out.append(s)
+            hit = tuple(out)
+            _remember(self._siblings, key, hit)
+        return hit
+
+    def learned(self, session: Session, st: Stage) -> dict[str, Learned]:
+        """Per tool, how often its results were reused later — in any way, by a later tool call, by the text of
+        a later assistant message — over the other sessions of this graph file and this one so far (a
+        result of this session counts once it is two invocations old, or reused already), each smoothed
+        toward the file's pooled rate with ``learned_strength`` pseudo-results. Nothing here comes from
+        outside the user's own file (:meth:`~contextrender.graph.ContextGraph.tool_reuse`)."""
+        key = (id(session.graph), session.id, len(session))
+        hit = self._learned.get(key)  # one render asks twice (the prior term, the id values)
+        if hit is not None:
+            return hit
+        counts = {t: list(astuple(c)) for t, c in session.graph.tool_reuse(exclude=self.siblings(session)).items()}
+        reused = st.counts > 0
+        for i, s in enumerate(st.results):  # the file counts this session's results already: drop unexposed ones
+            if st.ages[i] < 2 and not reused[i]:
+                c = counts.get(session.result(s).tool_name)
+                if c is not None and c[0] > 0:
+                    c[0] -= 1
+        n_all = sum(c[0] for c in counts.values())
+        a = self.learned_strength
+        pooled = [(sum(c[k] for c in counts.values()) + 1.0) / (n_all + 2.0) for k in (1, 2, 3)]
+        out = {t: Learned(*((c[k] + a * p0) / (c[0] + a) for k, p0 in zip((1, 2, 3), pooled, strict=True)))
+               for t, c in counts.items()}
+        _remember(self._learned, key, out)
+        return out
+
+    def _learned_term(self, session: Session, st: Stage) -> np.ndarray:
+        """W_learn·P̂(reuse | tool of r) (:meth:`learned`): learned from the user's own sessions only."""
+        out = np.zeros(len(st.results))
+        if not len(st.results):
+            return out
+        rates = self.learned(session, st)
+        for i in np.flatnonzero(st.cand).tolist():
+            r = rates.get(session.result(st.results[i]).tool_name)
+            out[i] = r.reuse if r is not None else 0.0
+        return self.learned_prior * out
+
+    def id_values(self, session: Session, st: Stage) -> np.ndarray:
+        """Per result, what its id form is worth as a share of its full text: ``id_value``, or (learned) the
+        share of its tool's later uses that were tool calls — which need its values — rather than
+        assistant text, which talks about the result: (P_call + δ) / (P_call + P_text + 2δ), δ = 0.05."""
+        if not self.learned_id_value:
+            return np.full(len(st.results), self.id_value)
+        rates = self.learned(session, st)
+        out = np.full(len(st.results), 0.5)
+        for i, s in enumerate(st.results):
+            r = rates.get(session.result(s).tool_name)
+            if r is not None:
+                out[i] = (r.call + _DELTA) / (r.call + r.text + 2 * _DELTA)
+        return out
+
     def _packing_chooser(self, session: Session, st: Stage, budget: int, diversity: float, trace: bool) -> Choice:
         """The paper's greedy, or its value-per-token variant when that one collects a higher total gain Σ R."""
         args = (st.util, st.delta, st.cand, st.embs, st.base_tokens, budget, diversity)
@@ -277,15 +486,25 @@ class ContextRenderPlus(ContextRender):
         compact = self.compact_omitted and self.compactor is not None
         out: dict[int, tuple[str, str]] = {}
         usage = Usage()
-        if not (self.stubs or self.tabular or compact):
+        if not (self.stubs or self.tabular or compact or self.id_forms):
             return out, usage
         current = room.current
         cap = max(1, int(self.oversized_share * budget))
-        for i in sorted(np.flatnonzero(st.cand & ~room.chosen).tolist(), key=lambda i: (-st.util[i], i)):
+        order = sorted(np.flatnonzero(st.cand & ~room.chosen).tolist(), key=lambda i: (-st.util[i], i))
+        cost = {i: int(st.marker_cost[i]) for i in order}
+        if room.reserved:  # first the id forms the chooser charged: they fit
+            for i in order:
+                if room.reserved.get(i) == "ids":
+                    text, n = self.id_text(session, st.results[i])
+                    if n < int(st.arrays.ntok[i]) and text != room.bodies[st.results[i]]:
+                        out[st.results[i]] = (text, "ids")
+                        current += n - cost[i]
+                        cost[i] = n
+        for i in order:
             if current >= budget:  # every option is longer than the marker it replaces: none can fit
                 break
             seq = st.results[i]
-            now = int(st.marker_cost[i])
+            now = cost[i]
             options: list[tuple[str, str]] = []
             if self.tabular and (form := self.tabular_text(session, seq)) is not None:
                 options.append((form, "tabular"))
@@ -296,11 +515,15 @@ class ContextRenderPlus(ContextRender):
                     text, u = room.compact(seq, cap)
                     usage += u
                     options.append((text, "compacted"))
-            if self.stubs:
+            if seq in out and out[seq][1] == "ids":
+                options = options[:1] if options and options[0][1] == "tabular" else []  # only a lossless upgrade
+            elif self.id_forms:
+                options.append((self.id_text(session, seq)[0], "ids"))
+            if self.stubs and seq not in out:
                 options.append((self.stub_text(session, seq), "stub"))
             for text, form in options:
-                if text == room.bodies[seq]:
-                    break
+                if text == room.bodies[seq] or out.get(seq, (None,))[0] == text:
+                    break  # no better form than the one it has
                 extra = text_message_tokens(session.counter, text) - now
                 if current + extra <= budget:
                     out[seq] = (text, form)

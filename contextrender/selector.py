@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -121,6 +121,8 @@ class Choice:
     lost_to: np.ndarray | None = None
     lost_sim: np.ndarray | None = None
     pick_sim: np.ndarray | None = None
+    #: index -> a lighter form the chooser charged for an unchosen result (e.g. "ids"); the filler places it
+    reserved: Mapping[int, str] | None = None
 
 
 class ScoreTerm(Protocol):
@@ -146,6 +148,7 @@ class FillRoom:
     current: int  # Tok(H_t) with the chosen results and every other candidate as its marker
     bodies: Mapping[int, str]  # the bodies so far (markers, compacted forms)
     compact: Callable[[int, int], tuple[str, Usage]]  # (seq, token cap) -> cached compacted text
+    reserved: Mapping[int, str] = field(default_factory=dict)  # the chooser's Choice.reserved
 
 
 class BodyFiller(Protocol):
@@ -314,7 +317,7 @@ class ContextRender(LazyEmbedder):
         with _span(profile, "choose"):
             choice = self.chooser(session, st, budget, self.params.diversity, explain)
         with _span(profile, "bodies"):
-            bodies, forms, markers, usage = self._bodies(session, st, choice.chosen, budget)
+            bodies, forms, markers, usage = self._bodies(session, st, choice.chosen, budget, choice.reserved)
         with _span(profile, "finish"):
             return self._finish(session, budget, replace(st, usage=st.usage + usage), choice, bodies, forms,
                                 markers, explain, profile)
@@ -390,8 +393,8 @@ class ContextRender(LazyEmbedder):
             st = replace(st, util=util + extra)
         return st
 
-    def _bodies(self, session: Session, st: Stage, chosen: np.ndarray,
-                budget: int) -> tuple[dict[int, str], dict[int, str], set[int], Usage]:
+    def _bodies(self, session: Session, st: Stage, chosen: np.ndarray, budget: int,
+                reserved: Mapping[int, str] | None = None) -> tuple[dict[int, str], dict[int, str], set[int], Usage]:
         """Step 6: what replaces each result's text — its marker if omitted, its compacted form if
         oversized, a filler's text in the room left — and the clipped task message.
 
@@ -411,7 +414,8 @@ class ContextRender(LazyEmbedder):
         if self.filler is not None and omitted:
             current = st.base_tokens + int(st.delta[chosen].sum())
             filled, usage = self.filler(FillRoom(session, st, chosen, budget, current, bodies,
-                                                 lambda seq, cap: self._compacted(session, seq, cap)))
+                                                 lambda seq, cap: self._compacted(session, seq, cap),
+                                                 dict(reserved or {})))
             for seq, (text, form) in filled.items():
                 bodies[seq] = text
                 forms[seq] = form

@@ -43,6 +43,14 @@ left out, as are the oracle's 1,024-token minimum and 128-token steps). This is 
 provider's prefix cache can reuse, i.e. what drives ρ (spec §7). Reported as the mean share
 over invocations (%), and token-weighted (Σ prefix / Σ input, %).
 
+**Call readiness** (:mod:`contextrender.readiness`; docs/method.md, "Call readiness"): a tool call of
+turn j *needs* a scalar argument value (a string of ≥ 4 characters, or a number written with ≥ 4)
+that occurred earlier only inside tool results; it is *ready* when every value it needs occurs as a
+whole token (numbers by value) anywhere in the render before j. Reported as call readiness (% of
+needing calls ready), trace readiness (% of episodes whose every needing call was ready), both by the
+age of the oldest need's source (recall's bins), with the counts. It is the offline oracle's failure
+rule applied to the recorded calls; unlike recall it counts digit-only ids and any form of a value.
+
 **Pairing validity**, asserted for every render: every tool message of the render directly
 follows, over tool messages only, the assistant message holding its call, and every call of a
 rendered assistant message whose result is in the transcript has its tool message there, as
@@ -60,6 +68,7 @@ from typing import Any
 
 from contextrender.events import Message
 from contextrender.experiments.evaluation.recall import AGE_BINS, age_bin
+from contextrender.readiness import ReadinessStats, ReadinessTracker, RenderedText
 from contextrender.render import Rendered
 from contextrender.tfa import extract_values, match_tokens
 from contextrender.tokens import TokenCounter
@@ -156,6 +165,7 @@ class MeasureStats:
     prefix_share_sum: float = 0.0  # Σ per-invocation prefix share (0–1)
     prefix_tokens: int = 0
     prefix_input_tokens: int = 0
+    readiness: ReadinessStats = field(default_factory=ReadinessStats)  # call and trace readiness
 
     @property
     def id_uses(self) -> int:
@@ -172,7 +182,8 @@ class MeasureStats:
             {b: self.id_survived_by_age[b] + other.id_survived_by_age[b] for b in AGE_BINS},
             self.tool_calls + other.tool_calls, self.repeat_calls + other.repeat_calls, self.rereads + other.rereads,
             self.prefix_invocations + other.prefix_invocations, self.prefix_share_sum + other.prefix_share_sum,
-            self.prefix_tokens + other.prefix_tokens, self.prefix_input_tokens + other.prefix_input_tokens)
+            self.prefix_tokens + other.prefix_tokens, self.prefix_input_tokens + other.prefix_input_tokens,
+            self.readiness + other.readiness)
 
     def to_dict(self) -> dict[str, Any]:
         """The raw counts (what a run record stores; :meth:`from_dict` reads them back)."""
@@ -180,7 +191,8 @@ class MeasureStats:
                 "id_survived_by_age": dict(self.id_survived_by_age), "tool_calls": self.tool_calls,
                 "repeat_calls": self.repeat_calls, "rereads": self.rereads,
                 "prefix_invocations": self.prefix_invocations, "prefix_share_sum": self.prefix_share_sum,
-                "prefix_tokens": self.prefix_tokens, "prefix_input_tokens": self.prefix_input_tokens}
+                "prefix_tokens": self.prefix_tokens, "prefix_input_tokens": self.prefix_input_tokens,
+                "readiness": self.readiness.to_dict()}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> MeasureStats:
@@ -188,7 +200,8 @@ class MeasureStats:
                             _bins(d.get("id_survived_by_age")), int(d.get("tool_calls", 0)),
                             int(d.get("repeat_calls", 0)), int(d.get("rereads", 0)),
                             int(d.get("prefix_invocations", 0)), float(d.get("prefix_share_sum", 0.0)),
-                            int(d.get("prefix_tokens", 0)), int(d.get("prefix_input_tokens", 0)))
+                            int(d.get("prefix_tokens", 0)), int(d.get("prefix_input_tokens", 0)),
+                            ReadinessStats.from_dict(d.get("readiness") or {}))
 
     def summary(self) -> dict[str, Any]:
         """The reported numbers (percentages 0–100; None where there is nothing to measure) and their counts."""
@@ -208,6 +221,7 @@ class MeasureStats:
             "prefix_invocations": self.prefix_invocations,
             "episodes": self.episodes,
             "pairing_checked_renders": self.renders,
+            "readiness": self.readiness.summary(),
         }
 
 
@@ -222,6 +236,8 @@ class TurnMeasures:
     calls: int = 0
     repeats: int = 0
     rereads: int = 0
+    needing: int = 0  # calls that needed a value only tool results held (call readiness)
+    ready: int = 0  # of them, with every needed value visible in the render
 
 
 # -- the tracker ----------------------------------------------------------------------------
@@ -255,6 +271,10 @@ class MeasureTracker:
         self._prev_keys: list[str] | None = None
         self._msg_memo: dict[str, tuple[int, frozenset[str] | None]] = {}
         self._pending: tuple[Rendered, list[str], TurnMeasures] | None = None
+        self._history: Any = None
+        self._text_memo: dict[str, str] = {}
+        self._readiness = ReadinessTracker()
+        self.stats.readiness = self._readiness.stats  # an episode without a call is one ready trace
 
     # -- transcript ---------------------------------------------------------------------------
 
@@ -335,6 +355,7 @@ class MeasureTracker:
         s.renders += 1
         tm = TurnMeasures(total, prefix)
         self._pending = (rendered, keys, tm)
+        self._history = history
         return tm
 
     def on_turn(self, turn: Mapping[str, Any] | Message) -> TurnMeasures:
@@ -375,8 +396,22 @@ class MeasureTracker:
         s.tool_calls += len(msg.tool_calls)
         s.repeat_calls += repeats
         s.rereads += rereads
+        needing = ready = 0
+        if msg.tool_calls:
+            texts = [self._texts(m, k) for m, k in zip(rendered.messages, keys, strict=True)]
+            for call, missing in self._readiness.on_turn(self._history, RenderedText(texts), msg):
+                if call.needs:
+                    needing += 1
+                    ready += int(not missing)
+        s.readiness = self._readiness.stats
         return TurnMeasures(tm.input_tokens, tm.prefix_tokens, len(uses), survived, len(msg.tool_calls), repeats,
-                            rereads)
+                            rereads, needing, ready)
+
+    def _texts(self, m: Mapping[str, Any], key: str) -> str:
+        text = self._text_memo.get(key)
+        if text is None:
+            text = self._text_memo[key] = Message.from_openai(dict(m)).text()
+        return text
 
 
 __all__ = ["MeasureStats", "MeasureTracker", "PairingError", "TurnMeasures", "call_key", "check_pairing",

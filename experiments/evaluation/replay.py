@@ -123,7 +123,11 @@ class MethodTally:
             self.over_budget += 1
 
     def summary(self) -> dict[str, Any]:
+        readiness = self.measures.readiness.summary()
         return {
+            "call_readiness": readiness["call_readiness"],
+            "trace_readiness": readiness["trace_readiness"],
+            "readiness": readiness,
             "recall": self.stats.pct,
             "recall_by_age": self.stats.pct_by_age,
             "mean_rendered_tokens": self.tokens_sum / self.renders if self.renders else None,
@@ -534,10 +538,13 @@ RenderHook = Callable[[str, Episode, int, Session, Rendered], None]
 
 
 def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mapping[str, MethodTally],
-                   budget: int, graph: ContextGraph, session_prefix: str,
+                   budget: int, graph: ContextGraph | Mapping[str, ContextGraph], session_prefix: str,
                    on_render: RenderHook | None = None) -> RecallStats:
     """Replay one episode through every policy; add its renders and recall to ``tallies``.
 
+    ``graph``: one graph for every method, or one per method (a policy that learns from the other
+    sessions of its graph file must see only its own earlier episodes, never another method's
+    session of this very trace). Each method's session is released from memory after the episode.
     Returns the episode's event counts.
     """
     msgs = list(episode.messages)
@@ -550,7 +557,8 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         prepare = getattr(policy, "prepare_episode", None)
         if prepare is not None:  # the hindsight ceiling learns this episode's reuse events first
             prepare(episode, events)
-        session = graph.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
+        g = graph if isinstance(graph, ContextGraph) else graph[name]
+        session = g.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
         tracker = MeasureTracker(counter)
         visible: dict[int, frozenset[int]] = {}
         for j, idx in enumerate(turns):
@@ -570,6 +578,7 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
             visible[j] = rendered.visible
             if on_render is not None:
                 on_render(name, episode, j, session, rendered)
+        g.release(session.id)
         covered = recall(events, visible)
         tally.stats = tally.stats + covered
         tally.hits_per_trace.append(covered.hits)
@@ -644,6 +653,16 @@ def _windows(episodes: Iterable[Episode], size: int) -> Iterator[list[Episode]]:
         yield window
 
 
+def method_graph_path(graph_path: str | Path, method: str, methods: int) -> str:
+    """The graph file of ``method``'s sessions: ``graph_path`` itself for a single method, else the
+    method's name before its suffix (``graph.sqlite`` → ``graph.prune.sqlite``)."""
+    p = Path(graph_path)
+    if methods <= 1 or str(graph_path) == ":memory:":
+        return str(graph_path)
+    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in method)
+    return str(p.with_name(f"{p.stem}.{safe}{p.suffix}"))
+
+
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
            *, shared: Shared | None = None, total: int | None = None, progress: bool = True,
            skipped: Any = None, on_render: RenderHook | None = None, prefetch: int = 1,
@@ -682,20 +701,26 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     places: list[str] = []
     bar = tqdm(total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
-    for window in _windows(episodes, max(prefetch, 1)):
-        if shared is not None and prefetch:
-            shared.prewarm(window, progress=progress and len(window) > 1, budget=budget)
-        for episode in window:
-            # One graph connection per episode: closing it drops the sessions it cached in memory.
-            with ContextGraph(graph_path) as graph:  # sessions named by position: unique across files
-                pooled = pooled + replay_episode(episode, policies, tallies, budget, graph, f"{prefix}/{n}",
+    # One graph file per method, as each would be deployed alone: what a learning policy reads of the
+    # file's other sessions is its own earlier episodes only. Sessions are named by position (unique
+    # across trace files) and released after their episode, so memory stays bounded.
+    graphs = {name: ContextGraph(method_graph_path(graph_path, name, len(policies))) for name in policies}
+    try:
+        for window in _windows(episodes, max(prefetch, 1)):
+            if shared is not None and prefetch:
+                shared.prewarm(window, progress=progress and len(window) > 1, budget=budget)
+            for episode in window:
+                pooled = pooled + replay_episode(episode, policies, tallies, budget, graphs, f"{prefix}/{n}",
                                                  on_render)
-            n += 1
-            ids.append(episode.task_id)
-            places.append(episode.where)
-            bar.update(1)
-        if shared is not None:
-            shared.clear()
+                n += 1
+                ids.append(episode.task_id)
+                places.append(episode.where)
+                bar.update(1)
+            if shared is not None:
+                shared.clear()
+    finally:
+        for g in graphs.values():
+            g.close()
     if bar.total is not None and bar.total != n:
         # ``total`` counts lines: the bad, superseded and excluded ones among them are never replayed
         bar.total = n
@@ -771,6 +796,33 @@ def _shares_text(gaps: Mapping[str, float | None],
     return ", ".join(one(name, g) for name, g in gaps.items())
 
 
+#: What recall never counts, said next to every recall figure (spec §7's eligible tokens).
+RECALL_DIGIT_RULE = ("Recall counts only tokens of ≥ 6 characters of [A-Za-z0-9_] with an uppercase letter or an "
+                     "underscore: digit-only ids, lower-case words and numbers never count, so a render that hides "
+                     "the item id the next call needs can still score 100.")
+
+
+def readiness_lines(result: ReplayResult) -> list[str]:
+    """The call-readiness table (overall, trace readiness, and by the age of the oldest need)."""
+    rows = list(result.methods.items())  # the hindsight ceiling bounds recall, not readiness: not shown here
+    if not rows:
+        return []
+    first = rows[0][1].measures.readiness
+    lines = ["", f"Call readiness: {first.needing} of {first.calls} recorded tool calls needed a value that only an "
+                 f"earlier tool result held ({first.needing_traces} of {first.traces} traces); a call is ready when "
+                 "every such value occurs, as a whole token (numbers by value), anywhere in the render before it "
+                 "(docs/method.md, \"Call readiness\"). Trace readiness: % of traces whose every needing call was "
+                 "ready. By the age of the call's oldest need:",
+             "",
+             "| method | call ready % | trace ready % | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS) + " |",
+             "|---|" + "---:|" * (2 + len(AGE_BINS))]
+    for name, t in rows:
+        r = t.measures.readiness.summary()
+        lines.append(f"| {name} | {_fmt(r['call_readiness'])} | {_fmt(r['trace_readiness'])} | "
+                     + " | ".join(_fmt(r["call_readiness_by_age"][b]) for b in AGE_BINS) + " |")
+    return lines
+
+
 def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None) -> str:
     """The recall table; paper Table 2 values in parentheses where the method and budget match.
 
@@ -793,10 +845,12 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
 
     ev = result.events
     lines = [
-        f"Later-Used Result Recall at B={result.budget}: {result.traces} traces, {ev.events} events "
-        f"({', '.join(f'{_BIN_LABELS[b]}: {ev.events_by_age[b]}' for b in AGE_BINS)}), "
-        f"{result.skipped_lines} skipped lines",
+        f"Replay at B={result.budget}: {result.traces} traces, {result.skipped_lines} skipped lines",
         *_sources_lines(result),
+        *readiness_lines(result),
+        "",
+        f"Later-Used Result Recall (spec §7): {ev.events} events "
+        f"({', '.join(f'{_BIN_LABELS[b]}: {ev.events_by_age[b]}' for b in AGE_BINS)}). {RECALL_DIGIT_RULE}",
         "",
         "| method | recall | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
         + " | mean tok | max tok | over B | renders |",
@@ -964,7 +1018,8 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
             (naming ``file:line`` or ``file: simulations[i]``) at the first malformed record;
             otherwise skip and count them.
         limit: replay only the first ``limit`` valid episodes.
-        graph: context-graph file for the replay's sessions; None = a temporary file, deleted after.
+        graph: context-graph file for the replay's sessions; None = a temporary file, deleted after. With
+            several methods each gets its own file, its name before the suffix (``graph.prune.sqlite``).
         progress: a progress bar on stderr.
         trace_format: force a format (``contextrender``, ``tau2``, ``taubench``, ``bfcl``); None = by content.
         benchmark: the benchmark the traces come from, for settings that depend on it (ACON's

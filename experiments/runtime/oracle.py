@@ -19,6 +19,17 @@ turn, and the same rule applies — a listed value that appeared earlier but is
 not visible is replaced in the text by a wrong one. Without closing values
 (BFCL) the closing text is emitted as it is.
 
+**Modes.** ``strict`` (the default, Table 1's) is the rule above: a hidden value makes a wrong call.
+``reread`` models what a real agent usually does instead: before a call (or closing message) that
+needs a hidden value, the oracle re-issues an earlier read-only call whose result held it — same
+tool, same arguments, as an invocation of its own, charged like any other and counted against the
+benchmark's step limits — so the value is in the transcript again, and proceeds when the policy
+shows it. "Read-only" is the benchmark's own notion (``OracleEpisode.read_only``, set by the
+benchmark: τ²'s tool types, BFCL's state check on a copy of the environment); a call with side
+effects is never repeated, nor one whose own arguments are hidden. Each such call is tried once per
+position in the script; when none is left, the value is emitted wrong as in ``strict``. Re-reads per
+episode are recorded (``OracleEpisode.rereads``).
+
 Usage is counted with the shared token counter as if the rendered input had
 been sent and the call generated. Cached input tokens simulate provider prefix
 caching (the unchanged message prefix since the previous call of the episode,
@@ -30,14 +41,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextrender.events import Completion, Usage
 from contextrender.graph import Session
+from contextrender.readiness import MIN_CHARS, numbers_in, occurs
 from contextrender.tokens import TokenCounter
 
-MIN_CHECKED_CHARS = 4
+MIN_CHECKED_CHARS = MIN_CHARS
+#: ``mode`` of the oracle: a hidden value makes a wrong call, or is first read again (module docstring).
+MODES = ("strict", "reread")
 WRONG_STRING = "UNKNOWN_VALUE"
 CACHE_MIN_TOKENS = 1024
 CACHE_STEP = 128
@@ -89,26 +104,14 @@ def scalars(obj: Any) -> list[Any]:
     return [obj]
 
 
-_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w]|\.\d)")
-
-
 def _numbers(text: str) -> set[float]:
-    """Numbers written in ``text`` as whole tokens ("$5,000" -> 5000.0, "2120.0" is not 120)."""
-    out = set()
-    for m in _NUMBER.finditer(text):
-        try:
-            out.add(float(m.group().replace(",", "")))
-        except ValueError:
-            pass
-    return out
+    """Numbers written in ``text`` as whole tokens ("$5,000" -> 5000, "2120.0" is not 120): call readiness's rule."""
+    return numbers_in(text)
 
 
 def _occurs(value: Any, text: str, numbers: set[float]) -> bool:
     """``value`` appears in ``text`` as a whole token; numbers compare by value, not spelling."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value) in numbers
-    v = str(value)
-    return re.search(r"(?<![A-Za-z0-9_])" + re.escape(v) + r"(?![A-Za-z0-9_])", text) is not None
+    return occurs(value, text, numbers)
 
 
 def _wrong(value: Any) -> Any:
@@ -160,18 +163,24 @@ class _Seen:
 
 
 class OracleModel:
-    """Factory: ``episode(task, session)`` binds the oracle to a task's ``reference``."""
+    """Factory: ``episode(task, session)`` binds the oracle to a task's ``reference``.
 
-    name = "oracle"
+    ``mode``: ``strict`` (name ``oracle``) or ``reread`` (name ``oracle_reread``: its runs are their own
+    jobs and rows, beside the strict ones).
+    """
 
-    def __init__(self, encoding: str = "o200k_base") -> None:
+    def __init__(self, encoding: str = "o200k_base", mode: str = "strict") -> None:
+        if mode not in MODES:
+            raise ValueError(f"oracle mode must be one of {MODES}, got {mode!r}")
         self.counter = TokenCounter(encoding)
+        self.mode = mode
+        self.name = "oracle" if mode == "strict" else f"oracle_{mode}"
 
     def episode(self, task: Any, session: Session) -> OracleEpisode:
         reference = getattr(task, "reference", None)
         if not isinstance(reference, Reference):
             raise TypeError(f"the oracle needs task.reference (a Reference); {type(task).__name__} has none")
-        return OracleEpisode(reference, session, self.counter)
+        return OracleEpisode(reference, session, self.counter, name=self.name, mode=self.mode)
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Completion:
         raise RuntimeError("the oracle must be bound to a task first: model.episode(task, session)")
@@ -183,19 +192,80 @@ class OracleEpisode:
     session: Session
     counter: TokenCounter
     name: str = "oracle"
+    mode: str = "strict"
+    #: the benchmark's notion of a read-only call, (tool name, arguments) -> bool; None: no call is
+    #: known to be read-only, so ``reread`` cannot re-read anything
+    read_only: Callable[[str, dict[str, Any]], bool] | None = None
     hidden_log: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
+    #: (invocation, tool re-issued, the hidden values it was re-issued for)
+    reread_log: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
     _prev: list[str] = field(default_factory=list)
+    _reread_ids: set[str] = field(default_factory=set)
+    _tried: set[str] = field(default_factory=set)
+    _tried_at: tuple[int, int, bool] | None = None
+
+    @property
+    def rereads(self) -> int:
+        """Calls this episode re-issued to read a hidden value again (``reread`` mode)."""
+        return len(self.reread_log)
 
     def episode(self, task: Any, session: Session) -> OracleEpisode:
         return self
 
     def _position(self) -> tuple[int, int]:
-        """(user turn index, calls already emitted in that turn), read from the full transcript."""
+        """(user turn index, script calls already emitted in that turn), read from the full transcript;
+        the oracle's own re-reads are not script calls."""
         msgs = self.session.messages
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         turn = sum(1 for m in msgs if m.role == "user") - 1
-        emitted = sum(len(m.tool_calls) for m in msgs[last_user + 1:] if m.role == "assistant")
+        emitted = sum(1 for m in msgs[last_user + 1:] if m.role == "assistant"
+                      for c in m.tool_calls if c.id not in self._reread_ids)
         return max(turn, 0), emitted
+
+    def _reread(self, hidden: dict[str, Any], seen: _Seen, at: tuple[int, int, bool]) -> ScriptedCall | None:
+        """The earlier read-only call to re-issue for ``hidden``: its result holds the most of them (then
+        the newest such call), its own arguments are known, and it was not tried yet at this position."""
+        if self._tried_at != at:
+            self._tried_at, self._tried = at, set()
+        if self.read_only is None or not hidden:
+            return None
+        msgs = self.session.messages
+        calls = {c.id: c for m in msgs if m.role == "assistant" for c in m.tool_calls}
+        best: tuple[int, int, ScriptedCall, str] | None = None
+        for seq, m in enumerate(msgs):
+            call = calls.get(m.tool_call_id or "") if m.role == "tool" else None
+            if call is None:
+                continue
+            numbers = _numbers(m.content)
+            covered = sum(1 for v in hidden.values() if _occurs(v, m.content, numbers))
+            if not covered:
+                continue
+            try:
+                args = json.loads(call.arguments) if call.arguments.strip() else {}
+            except ValueError:
+                continue
+            key = call.name + "\n" + json.dumps(args, sort_keys=True)
+            if not isinstance(args, dict) or key in self._tried or seen.hidden(scalars(args)):
+                continue
+            if not self.read_only(call.name, args):
+                continue
+            if best is None or (covered, seq) > (best[0], best[1]):
+                best = (covered, seq, ScriptedCall(call.name, args), key)
+        if best is None:
+            return None
+        self._tried.add(best[3])
+        return best[2]
+
+    def _emit_reread(self, call: ScriptedCall, hidden: dict[str, Any] | set[str], messages: list[dict[str, Any]],
+                     tools: list[dict[str, Any]] | None) -> Completion:
+        t = self.session.next_invocation
+        cid = f"call_{t}_reread"
+        self._reread_ids.add(cid)
+        self.reread_log.append((t, call.name, tuple(sorted(hidden))))
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}]}
+        return Completion(message, self._usage(messages, tools, message))
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Completion:
         turn, emitted = self._position()
@@ -204,6 +274,12 @@ class OracleEpisode:
         if emitted < len(calls):
             batch = calls[emitted:emitted + self.reference.group_size(turn, emitted)]
             seen = _Seen.of(self.session, messages, tools)
+            if self.mode == "reread":
+                wanted = {str(v): v for call in batch for v in scalars(call.arguments)
+                          if str(v) in seen.hidden(scalars(call.arguments))}
+                again = self._reread(wanted, seen, (turn, emitted, False))
+                if again is not None:
+                    return self._emit_reread(again, wanted, messages, tools)
             tool_calls = []
             for i, call in enumerate(batch):
                 hidden = seen.hidden(scalars(call.arguments))
@@ -216,7 +292,12 @@ class OracleEpisode:
         else:
             text = self.reference.closing_for(turn)
             values = self.reference.closing_values_for(turn)
-            hidden = _Seen.of(self.session, messages, tools).hidden(values) if values else set()
+            seen = _Seen.of(self.session, messages, tools)
+            hidden = seen.hidden(values) if values else set()
+            if hidden and self.mode == "reread":
+                again = self._reread({v: v for v in hidden}, seen, (turn, emitted, True))
+                if again is not None:
+                    return self._emit_reread(again, hidden, messages, tools)
             if hidden:
                 self.hidden_log.append((t, CLOSING, tuple(sorted(hidden))))
                 for v in sorted(hidden, key=len, reverse=True):

@@ -307,8 +307,10 @@ def test_cli_end_to_end(tmp_path):
     assert list(res["events_by_age"]) == ["le3", "4_10", "11_25", "gt25"]
     assert list(res["methods"]) == ["contextrender", "cr_recency"]
     for m in res["methods"].values():
-        assert list(m) == ["recall", "recall_by_age", "mean_rendered_tokens", "max_rendered_tokens",
-                           "over_budget_renders", "renders", "measures", "hits_per_trace"]
+        assert list(m) == ["call_readiness", "trace_readiness", "readiness", "recall", "recall_by_age",
+                           "mean_rendered_tokens", "max_rendered_tokens", "over_budget_renders", "renders", "measures",
+                           "hits_per_trace"]
+        assert m["readiness"]["traces"] == 3 and m["readiness"] == m["measures"]["readiness"]
         assert m["measures"]["pairing_checked_renders"] == m["renders"]
         assert len(m["hits_per_trace"]) == 3 and sum(m["hits_per_trace"]) == round(m["recall"] * res["events"] / 100)
         assert list(m["recall_by_age"]) == ["le3", "4_10", "11_25", "gt25"]

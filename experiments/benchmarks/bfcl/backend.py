@@ -206,6 +206,25 @@ class BFCLEnvironment:
         self.log.append(ExecutedCall(self.turn, name, copy.deepcopy(arguments), result))
         return result
 
+    def read_only(self, name: str, arguments: dict[str, Any]) -> bool:
+        """Whether a call leaves the state BFCL's checker compares unchanged: it is run on a copy of its
+        backend instance, whose public attributes are compared before and after (what
+        :func:`~contextrender.experiments.benchmarks.bfcl.checker.compare_states` compares). BFCL marks no
+        function read-only itself; this is its state check applied to one call. Unknown functions and
+        calls that fail are not read-only."""
+        method = self._methods.get(name)
+        if method is None or not isinstance(arguments, dict):
+            return False
+        instance = method.__self__
+        trial = copy.deepcopy(instance)
+        before = {k: v for k, v in vars(instance).items() if not k.startswith("_") and not callable(v)}
+        try:
+            getattr(trial, name)(**copy.deepcopy(arguments))
+        except Exception:  # a failing call is not worth repeating
+            return False
+        after = {k: v for k, v in vars(trial).items() if not k.startswith("_") and not callable(v)}
+        return after == before
+
     def execute_call_string(self, call: str) -> str:
         """Parse (never ``eval``) a BFCL call string and execute it."""
         try:

@@ -34,6 +34,7 @@ from contextrender.experiments.benchmarks.bfcl.backend import BFCLEnvironment
 from contextrender.experiments.benchmarks.bfcl.checker import BFCLChecker, TurnCheck
 from contextrender.experiments.benchmarks.bfcl.data import CATEGORIES, BFCLTask, load_tasks, tools_openai
 from contextrender.experiments.runtime.episode import Episode, EpisodeStop
+from contextrender.experiments.runtime.oracle import OracleEpisode
 
 __all__ = ["BFCLMultiTurn", "BAD_ARGUMENTS_MODES"]
 
@@ -101,6 +102,8 @@ class BFCLMultiTurn:
     def run_episode(self, task: BFCLTask, episode: Episode) -> EpisodeOutcome:
         env = BFCLEnvironment(task)
         checker = BFCLChecker(task)
+        if isinstance(episode.model, OracleEpisode):  # read-only: leaves the state BFCL's checker compares
+            episode.model.read_only = env.read_only
         tools = tools_openai(task, self.include_response_schema)
         turns: list[_TurnLog] = []
         status, stopped = "ok", None
@@ -172,6 +175,11 @@ class BFCLMultiTurn:
         hidden = getattr(episode.model, "hidden_log", None)
         if hidden:  # the offline oracle's record of values the policy hid from it
             extra["oracle_hidden"] = [[t, name, list(values)] for t, name, values in hidden][:20]
+        if isinstance(episode.model, OracleEpisode):
+            extra["oracle_rereads"] = episode.model.rereads
+            if episode.model.reread_log:
+                extra["oracle_reread_log"] = [[t, name, list(values)]
+                                              for t, name, values in episode.model.reread_log][:20]
         score = {
             "task_acc": 1.0 if task_ok else 0.0,
             "turn_acc": len(passed) / len(checked) if checked else 1.0,

@@ -184,6 +184,9 @@ class Tau2Bench:
         is_stop = t.user_simulator.UserSimulator.is_stop
         env = new_environment(task.domain)
         tools = tool_schemas(env)
+        if isinstance(episode.model, OracleEpisode):  # τ²'s own notion of a read-only call: its tool types
+            episode.model.read_only = lambda name, args: (
+                env.tools.has_tool(name) and env.tools.tool_type(name).value == "read")
         user = self.make_user(task, episode)
         traj = Trajectory()
         log = _Log(episode)
@@ -274,5 +277,9 @@ class Tau2Bench:
                                       "reference": script.count("reference"), "dropped": len(script.dropped)}
             if hidden:  # the offline oracle's record of values the policy hid from it
                 extra["oracle_hidden"] = [[t, name, list(values)] for t, name, values in hidden][
+                    :_MAX_HIDDEN_IN_EXTRA]
+            extra["oracle_rereads"] = model.rereads
+            if model.reread_log:
+                extra["oracle_reread_log"] = [[t, name, list(values)] for t, name, values in model.reread_log][
                     :_MAX_HIDDEN_IN_EXTRA]
         return EpisodeOutcome(score=result.score, status=status, extra=extra)
