@@ -35,12 +35,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "acon_qa": ("acon", {"history_threshold": 2048, "observation_threshold": 400}),
     "acon_keep2": ("acon", {"keep_last_turns": 2, "summary_share": 0.3, "observation_ratio": 0.3}),
     # session_prior 0 and the project trim in the three below: they pin the paths they pinned before W_sess
-    # was fitted on and before the plus trimmed prose-first
-    "plus_off": ("contextrender_plus", {"packing": False, "stubs": False, "tabular": False, "lexical": 0.0,
+    # was fitted on and before the plus trimmed prose-first (on the fitted profile, which the plus was then)
+    "plus_off": ("contextrender_plus_fitted", {"packing": False, "stubs": False, "tabular": False, "lexical": 0.0,
                                         "compact_omitted": False, "session_prior": 0.0, "trim_prose_first": False}),
-    "plus_stubs_no_packing": ("contextrender_plus", {"packing": False, "tabular": False, "session_prior": 0.0,
+    "plus_stubs_no_packing": ("contextrender_plus_fitted", {"packing": False, "tabular": False, "session_prior": 0.0,
                                                      "trim_prose_first": False}),
-    "plus_tabular_only_fill": ("contextrender_plus", {"stubs": False, "compact_omitted": False,
+    "plus_tabular_only_fill": ("contextrender_plus_fitted", {"stubs": False, "compact_omitted": False,
                                                       "session_prior": 0.0, "trim_prose_first": False}),
     "compact_share": ("compact", {"summary_share": 0.3}),
     "recency_summary_share": ("recency_summary", {"summary_share": 0.5}),

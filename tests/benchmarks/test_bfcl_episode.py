@@ -201,6 +201,49 @@ def test_hidden_value_fails_on_the_right_turn(mem_graph: ContextGraph) -> None:
     assert json.loads(cat_call.arguments) == {"file_name": WRONG_STRING}
 
 
+class CurrentTurnOnly(OmitResults):
+    """Only the tool results of the current user turn in full (test policy): earlier turns' values are hidden."""
+
+    name = "current_turn_only"
+
+    def render(self, session: Session, budget: int) -> Rendered:
+        scope = Scope.of(session)
+        start = scope.current if scope.current is not None else 0
+        old = [s for s in scope.history_results(session) if s < start]
+        bodies = {s: marker_text(session, s) for s in old}
+        messages = assemble(session, scope, scope.history, bodies).messages
+        tokens = sum(session.counter.message(m) for m in messages) - (
+            session.ntok(scope.current) if scope.current is not None else 0)
+        return Rendered(tuple(messages), tokens, frozenset(s for s in scope.history_results(session) if s > start))
+
+
+def test_reread_mode_reads_the_hidden_file_name_again(mem_graph: ContextGraph) -> None:
+    """Strict fails turn 2 (the file name from turn 1's find() is hidden); reread re-issues that find() — a
+    read-only call by BFCL's own state check — as its own step, sees the name in the newest result and
+    passes."""
+    bench = BFCLMultiTurn(ids=[HIDDEN_VALUE_TASK])
+    task = bench.tasks()[0]
+    strict, _ = _run(bench, task, CurrentTurnOnly(), HUGE, mem_graph)
+    out, episode = _run(bench, task, CurrentTurnOnly(), HUGE, mem_graph, model=OracleModel(mode="reread"))
+    assert strict.score["task_acc"] == 0.0 and strict.extra["oracle_rereads"] == 0
+    assert out.score["task_acc"] == 1.0 and "oracle_hidden" not in out.extra
+    assert out.extra["oracle_rereads"] >= 1
+    rereads = [name for _t, name, values in out.extra["oracle_reread_log"] if "goals.txt" in values]
+    assert rereads and set(rereads) <= {"find", "ls"}
+    assert OracleModel(mode="reread").name == "oracle_reread" and OracleModel().name == "oracle"
+
+
+def test_read_only_is_bfcls_state_check_on_a_copy() -> None:
+    from contextrender.experiments.benchmarks.bfcl.backend import BFCLEnvironment
+
+    env = BFCLEnvironment(BFCLMultiTurn(ids=[HIDDEN_VALUE_TASK]).tasks()[0])
+    before = env.execute("pwd", {})
+    assert env.read_only("ls", {}) and env.read_only("pwd", {})
+    assert not env.read_only("cd", {"folder": "academic_venture"})  # moves the current directory
+    assert not env.read_only("mkdir", {"dir_name": "x"}) and not env.read_only("no_such_function", {})
+    assert env.execute("pwd", {}) == before  # the trials ran on copies: nothing moved
+
+
 def test_tiny_budget_fails_where_full_history_passes(mem_graph: ContextGraph) -> None:
     bench = BFCLMultiTurn(ids=[HIDDEN_VALUE_TASK, "multi_turn_long_context_135", "multi_turn_long_context_0"])
     passed = {}

@@ -52,12 +52,12 @@ def _task(domain: str, task_id: str) -> Any:
     return load_tasks(domain, ids=[task_id])[0]
 
 
-def _run(domain: str, task_id: str, method: str, budget: int, graph: ContextGraph):
+def _run(domain: str, task_id: str, method: str, budget: int, graph: ContextGraph, mode: str = "strict"):
     bench = Tau2Bench(domain=domain, ids=[task_id])
     task = bench.tasks()[0]
-    session = graph.session(f"{domain}-{task_id}-{method}-{budget}")
+    session = graph.session(f"{domain}-{task_id}-{method}-{budget}-{mode}")
     policy = build_policy(method_config(method), embedder=HashingEmbedder(dim=256))
-    model = OracleModel().episode(task, session)
+    model = OracleModel(mode=mode).episode(task, session)
     episode = Episode(session, policy, model, budget, Limits(max_steps=100))
     return bench.run_episode(task, episode), episode, model
 
@@ -200,6 +200,31 @@ def test_a_policy_that_hides_a_needed_id_fails(domain, task_id, write, needed, m
     assert emitted and WRONG_STRING in json.dumps(emitted)
     assert out.score["reward"] == 0.0 and out.score["pass"] == 0.0 and out.score["db"] == 0.0
     assert out.extra["tau2"]["db_match"] is False and out.extra["oracle_hidden"]
+
+
+def test_reread_mode_reads_a_hidden_id_again_and_passes(mem_graph) -> None:
+    """What fails strict (retail 19: Prune at B=2000 hides the order's item id from the return) passes when
+    the oracle first re-issues the read-only call whose result held it, as its own invocation."""
+    strict, _, m_strict = _run("retail", "19", "prune", 2000, mem_graph)
+    reread, episode, m = _run("retail", "19", "prune", 2000, mem_graph, mode="reread")
+    assert strict.score["pass"] == 0.0 and m_strict.rereads == 0 and strict.extra["oracle_rereads"] == 0
+    assert reread.score["pass"] == 1.0 and m.hidden_log == []
+    assert m.rereads == reread.extra["oracle_rereads"] >= 1
+    t, name, values = m.reread_log[0]
+    assert name == "get_order_details" and "2366567022" in values
+    calls = [(tc["function"]["name"], tc["id"]) for msg in episode.session.openai_messages()
+             if msg["role"] == "assistant" for tc in msg.get("tool_calls") or []]
+    assert calls.count(("get_order_details", f"call_{t}_reread")) == 1  # same tool, its own invocation
+    assert reread.extra["profile"]["tool_calls"] == strict.extra["profile"]["tool_calls"] + m.rereads
+    assert episode.agent_usage.calls == episode.invocations  # charged like any other call
+
+
+def test_reread_never_repeats_a_call_with_side_effects(mem_graph) -> None:
+    """Only τ²'s read tools are re-issued: every re-read of a run that rereads a lot is a read."""
+    out, episode, m = _run("retail", "20", "prune", 2000, mem_graph, mode="reread")
+    assert m.rereads >= 3
+    env = new_environment("retail")
+    assert {env.tools.tool_type(name).value for _t, name, _v in m.reread_log} == {"read"}
 
 
 def test_expected_errors_are_played_faithfully(mem_graph) -> None:

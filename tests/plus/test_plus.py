@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -191,12 +192,30 @@ def test_config_instantiates():
     p = build_policy(method_config("contextrender_plus"), embedder=EMB)
     assert isinstance(p, ContextRenderPlus) and p.name == "contextrender_plus"
     assert p.embedder is EMB  # runtime embedder injected (never the default local model)
-    assert p.packing and p.stubs and p.lexical > 0 and p.params.lam == 0.1
-    q = build_policy(method_config("contextrender_plus", {"packing": False, "stubs": False, "lexical": 0.0}),
+    assert p.packing and p.id_forms and p.learned_id_value and p.learned_prior > 0 and p.lexical > 0
+    assert p.params.lam == 0.3 and p.params.gamma == 0.2  # the paper's constants: nothing fitted
+    q = build_policy(method_config("contextrender_plus", {"packing": False, "id_forms": False, "lexical": 0.0}),
                      embedder=EMB)
-    assert not q.packing and not q.stubs and q.lexical == 0.0
-    r = build_policy(method_config("contextrender_plus", {"prior_weight": 0.0}), embedder=EMB)
+    assert not q.packing and not q.id_forms and q.lexical == 0.0
+    f = build_policy(method_config("contextrender_plus_fitted"), embedder=EMB)
+    assert f.name == "contextrender_plus_fitted" and f.tool_prior and f.prior_weight > 0 and not f.id_forms
+    r = build_policy(method_config("contextrender_plus_fitted", {"prior_weight": 0.0}), embedder=EMB)
     assert r.prior_weight == 0.0 and r.tool_prior  # the prior stays configured, switched off
+
+
+def test_the_default_config_names_no_tool():
+    """What an agent builder gets by default learns from their own graph file: no table of our benchmarks'
+    tools, task ids or prompts (the fitted profile is a separate, optional config)."""
+    from omegaconf import OmegaConf
+
+    from contextrender.registry import CONF_DIR
+
+    cfg = OmegaConf.to_container(method_config("contextrender_plus"))
+    assert not cfg.get("tool_prior") and not cfg.get("call_prior") and cfg["prior_weight"] == 0.0  # type: ignore[union-attr, index]
+    text = (CONF_DIR / "method" / "contextrender_plus.yaml").read_text()
+    fitted = OmegaConf.to_container(method_config("contextrender_plus_fitted"))
+    names = set(fitted["tool_prior"]) | set(fitted["call_prior"])  # type: ignore[index, arg-type]
+    assert len(names) > 50 and not [n for n in names if re.search(rf"\b{re.escape(n)}\b", text)]
 
 
 def _two_tools() -> list[dict[str, Any]]:
@@ -238,12 +257,12 @@ def test_unknown_tool_gets_the_default_prior():
 
 
 def test_fitted_prior_is_read_from_config_not_from_data(monkeypatch):
-    """The prior comes from conf/method/contextrender_plus.yaml; rendering never fits or reads traces."""
+    """The fitted prior comes from conf/method/contextrender_plus_fitted.yaml; rendering never fits or reads traces."""
     from omegaconf import OmegaConf
 
     from contextrender.experiments.studies import plus as study
 
-    cfg = method_config("contextrender_plus")
+    cfg = method_config("contextrender_plus_fitted")
     want = {str(k): float(v) for k, v in OmegaConf.to_container(cfg.tool_prior).items()}
     assert want and cfg.prior_weight > 0
     p = build_policy(cfg, embedder=EMB)

@@ -152,6 +152,29 @@ def format_result(value: Any) -> str:
     return str(value)
 
 
+def _same(a: Any, b: Any, seen: set[tuple[int, int]]) -> bool:
+    """Structural equality of two backend states (copies: their objects differ by identity, and backend
+    value objects such as the file system's directories define no equality; parent links make cycles)."""
+    if type(a) is not type(b):
+        return False
+    key = (id(a), id(b))
+    if key in seen:
+        return True
+    if isinstance(a, dict):
+        seen.add(key)
+        return a.keys() == b.keys() and all(_same(a[k], b[k], seen) for k in a)
+    if isinstance(a, (list, tuple)):
+        seen.add(key)
+        return len(a) == len(b) and all(_same(x, y, seen) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "__dict__") and not callable(a):
+        seen.add(key)
+        return _same(vars(a), vars(b), seen)
+    try:
+        return bool(a == b)
+    except Exception:  # an exotic value that cannot compare: say it changed
+        return False
+
+
 class BFCLEnvironment:
     """The backend instances of one task, initialised as BFCL initialises them.
 
@@ -207,23 +230,20 @@ class BFCLEnvironment:
         return result
 
     def read_only(self, name: str, arguments: dict[str, Any]) -> bool:
-        """Whether a call leaves the state BFCL's checker compares unchanged: it is run on a copy of its
-        backend instance, whose public attributes are compared before and after (what
-        :func:`~contextrender.experiments.benchmarks.bfcl.checker.compare_states` compares). BFCL marks no
-        function read-only itself; this is its state check applied to one call. Unknown functions and
-        calls that fail are not read-only."""
+        """Whether a call has no side effect: run on a copy of its backend instance, it leaves every
+        attribute as it was — BFCL's state check (which compares the public ones) and the private ones too
+        (``cd`` moves the file system's current directory, which later calls depend on). BFCL marks no
+        function read-only itself. Unknown functions and calls that fail are not read-only."""
         method = self._methods.get(name)
         if method is None or not isinstance(arguments, dict):
             return False
-        instance = method.__self__
-        trial = copy.deepcopy(instance)
-        before = {k: v for k, v in vars(instance).items() if not k.startswith("_") and not callable(v)}
+        before = copy.deepcopy(method.__self__)
+        trial = copy.deepcopy(method.__self__)
         try:
             getattr(trial, name)(**copy.deepcopy(arguments))
         except Exception:  # a failing call is not worth repeating
             return False
-        after = {k: v for k, v in vars(trial).items() if not k.startswith("_") and not callable(v)}
-        return after == before
+        return _same(vars(before), vars(trial), set())
 
     def execute_call_string(self, call: str) -> str:
         """Parse (never ``eval``) a BFCL call string and execute it."""
