@@ -7,13 +7,17 @@ MODEL ?= oracle
 # later) and BFCL v4 multi-turn long-context; a paper setting names its own, e.g. BENCHMARK=appworld_test_normal.
 OFFLINE_BENCHMARKS ?= tau2_retail,bfcl_multi_turn
 BENCHMARK ?= $(if $(filter oracle,$(MODEL)),$(OFFLINE_BENCHMARKS),appworld_test_normal)
+# The offline oracle runs in both its modes: strict (a hidden value makes a wrong call) and reread
+# (the agent first reads it again, paying a call); a paper setting (an LLM) is one model.
+COMMA := ,
+MODELS = $(if $(filter oracle,$(MODEL)),oracle$(COMMA)oracle_reread,$(MODEL))
 BUDGET ?=
 ARGS ?=
 # An index holding torch's CPU build, when pip's own indexes have only the CUDA one (plain PyPI on
 # Linux): make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline plus
+.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline plus task-success
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -61,15 +65,17 @@ ABLATION_METHODS ?= $(shell $(CATALOGUE) ablation)
 RECALL_METHODS ?= $(shell $(CATALOGUE) recall)
 
 reproduce-table1: setup ## run every Table 1 method, then write results/table1.{md,csv,tex} and Figure 4
-	$(PY) -m contextrender.experiments.run -m +experiment=table1 model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) method=$(TABLE1_METHODS) $(ARGS)
+	$(PY) -m contextrender.experiments.run -m +experiment=table1 model=$(MODELS) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) method=$(TABLE1_METHODS) $(ARGS)
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table table1
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/table1 --out results --table main
 	$(PY) -m contextrender.analysis.plots --runs $(RUNS)/table1 --out results --figure fig4
 
 ablation: setup ## Table 2/3: weight ablations (task score) + later-used recall by replaying Full traces
-	$(PY) -m contextrender.experiments.run -m +experiment=ablation model=$(MODEL) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) method=$(ABLATION_METHODS) $(ARGS)
-	@# One replay per benchmark's Full traces: recall is reported per benchmark, never pooled.
+	$(PY) -m contextrender.experiments.run -m +experiment=ablation model=$(MODELS) benchmark=$(BENCHMARK) budget=$(RUN_BUDGET) method=$(ABLATION_METHODS) $(ARGS)
+	@# One replay per benchmark's Full traces (the strict oracle's: Full never re-reads, so both modes' are the same):
+	@# recall is reported per benchmark, never pooled.
 	set -e; recalls=""; for t in $(RUNS)/ablation/traces/*__full__B$(RUN_BUDGET).jsonl; do \
+		case $$(basename $$t) in oracle_reread__*) continue;; esac; \
 		b=$$(basename $$t .jsonl); b=$${b#*__}; b=$${b%%__full__B*}; \
 		$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$(RUN_BUDGET) \
 			'methods=[$(RECALL_METHODS)]' benchmark_name=$$b output=results/recall_$${b}_B$(RUN_BUDGET).json; \
@@ -78,7 +84,7 @@ ablation: setup ## Table 2/3: weight ablations (task score) + later-used recall 
 
 SWEEP_BUDGETS ?= 1000,2000,4000
 sweep: setup ## Figure 5: performance vs budget (SWEEP_BUDGETS=1000,2000,4000 offline)
-	$(PY) -m contextrender.experiments.run -m +experiment=budget_sweep_offline model=$(MODEL) benchmark=$(BENCHMARK) budget=$(SWEEP_BUDGETS) method=$(SWEEP_METHODS) $(ARGS)
+	$(PY) -m contextrender.experiments.run -m +experiment=budget_sweep_offline model=$(MODELS) benchmark=$(BENCHMARK) budget=$(SWEEP_BUDGETS) method=$(SWEEP_METHODS) $(ARGS)
 	$(PY) -m contextrender.analysis.tables --runs $(RUNS)/budget_sweep_offline --out results --table sweep
 	$(PY) -m contextrender.analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5
 
@@ -115,15 +121,33 @@ PEERS_METHODS ?= $(shell $(CATALOGUE) peers)
 PEERS_BENCHMARKS ?= bfcl_multi_turn,tau2_retail
 PEERS_BUDGET ?= 2000
 peers: setup ## peers vs full/prune/contextrender (oracle, BFCL + τ²-retail, B=2000) → results/table_peers, fig_peers
-	$(PY) -m contextrender.experiments.run -m +experiment=peers model=oracle benchmark=$(PEERS_BENCHMARKS) \
+	$(PY) -m contextrender.experiments.run -m +experiment=peers model=oracle,oracle_reread benchmark=$(PEERS_BENCHMARKS) \
 		budget=$(PEERS_BUDGET) method=$(PEERS_METHODS) $(ARGS)
 	@# One replay per benchmark's Full traces: recall and the measures are per benchmark, never pooled.
 	set -e; recalls=""; for t in $(RUNS)/peers/traces/*__full__B$(PEERS_BUDGET).jsonl; do \
+		case $$(basename $$t) in oracle_reread__*) continue;; esac; \
 		b=$$(basename $$t .jsonl); b=$${b#*__}; b=$${b%%__full__B*}; \
 		$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$(PEERS_BUDGET) \
 			'methods=[$(PEERS_METHODS)]' benchmark_name=$$b output=results/peers_recall_$${b}_B$(PEERS_BUDGET).json; \
 		recalls="$$recalls results/peers_recall_$${b}_B$(PEERS_BUDGET).json"; done; \
 	$(PY) -m contextrender.analysis.peers --runs $(RUNS)/peers --out results --recall $$recalls
+
+# Task success first: every catalogue method under both oracle modes on τ²-retail, τ²-airline and BFCL at
+# B = 1000, 2000, 4000 (378 jobs, a few hours on 2 cores; rerun to resume), then one replay of each
+# benchmark's Full traces per B with the same methods (call readiness, recall), one table, a verdict, a figure.
+TS_METHODS ?= $(shell $(CATALOGUE) task_success)
+TS_BUDGETS ?= 1000 2000 4000
+task-success: setup ## every method × both oracle modes × 3 benchmarks × 3 budgets → results/table_task_success{,_verdict}, fig_task_success
+	$(PY) -m contextrender.experiments.run -m +experiment=task_success $(ARGS)
+	set -e; mkdir -p results/task_success; replays=""; \
+	for t in $(RUNS)/task_success/traces/oracle__*__full__B2000.jsonl; do \
+		b=$$(basename $$t .jsonl); b=$${b#*__}; b=$${b%%__full__B*}; \
+		for B in $(TS_BUDGETS); do \
+			$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$$B ceiling=false \
+				'methods=[$(TS_METHODS)]' benchmark_name=$$b output=results/task_success/replay_$${b}_B$$B.json \
+				> results/task_success/replay_$${b}_B$$B.md; \
+			replays="$$replays results/task_success/replay_$${b}_B$$B.json"; done; done; \
+	$(PY) -m contextrender.analysis.task_success --runs $(RUNS)/task_success --replays $$replays --out results
 
 appworld-setup: ## create .venv-appworld (appworld==0.1.3.post1 in its own venv; PyPI needed once)
 	bash scripts/setup_appworld.sh

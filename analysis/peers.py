@@ -148,6 +148,7 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
         r = row(s["model"], s["benchmark"], int(s["budget"]), s["method"])
         r.update({"n": s["n"], "metric": s["metric"], "perf": s["perf"], "normalised_cost": s["normalised_cost"],
                   "mean_cost_usd": s["mean_cost_usd"], "rho": s["rho"], "T": s["T"],
+                  "rereads_per_task": s.get("rereads_per_task", math.nan),
                   "synthetic": bool(s["synthetic"]), "note": s["note"]})
         stats, n_meas = measured.get((s["model"], s["benchmark"], int(s["budget"]), s["method"]), (MeasureStats(), 0))
         ms = stats.summary() if n_meas else {}
@@ -160,6 +161,8 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
         for method, s in recall_entries(rep):
             r = row(model, bench, budget, method)
             by_age = s.get("recall_by_age") or {}
+            r["call_readiness"] = _nan(s.get("call_readiness"))
+            r["trace_readiness"] = _nan(s.get("trace_readiness"))
             r["recall"] = _nan(s.get("recall"))
             for b in AGE_BINS:
                 r[f"recall_{b}"] = _nan(by_age.get(b))
@@ -173,7 +176,8 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
             for b in AGE_BINS:
                 r[f"replay_events_{b}"] = (rep.get("events_by_age") or {}).get(b)
     cols = ["model", "benchmark", "budget", "method", "label", "kind", "n", "metric", "perf", "normalised_cost",
-            "mean_cost_usd", "rho", "T", "recall", *[f"recall_{b}" for b in AGE_BINS],
+            "mean_cost_usd", "rho", "T", "rereads_per_task", "call_readiness", "trace_readiness", "recall",
+            *[f"recall_{b}" for b in AGE_BINS],
             *[f"replay_{k}" for k in MEASURE_KEYS[:1]], *[f"replay_identifier_survival_{b}" for b in AGE_BINS],
             *[f"replay_{k}" for k in MEASURE_KEYS[1:]], "replay_traces", "replay_events",
             *[f"replay_events_{b}" for b in AGE_BINS],
@@ -196,7 +200,11 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
 def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), stem: str = STEM) -> Table:
     cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
             ("label", "method", "s"), ("n", "n", "d"), ("perf", "score", ".1f"),
-            ("normalised_cost", "norm. cost", ".3f"), ("recall", "recall", ".1f")]
+            ("normalised_cost", "norm. cost", ".3f")]
+    if not frame.empty and frame["rereads_per_task"].notna().any():
+        cols.append(("rereads_per_task", "re-reads/task", ".2f"))
+    cols += [("call_readiness", "call ready", ".1f"), ("trace_readiness", "trace ready", ".1f"),
+             ("recall", "recall", ".1f")]
     cols += [(f"recall_{b}", f"age {AGE_LABELS[b]}", ".1f") for b in AGE_BINS]
     cols += [("replay_identifier_survival", "id survival", ".1f"),
              ("replay_rereads_per_episode", "re-reads /ep", ".2f"),
@@ -232,8 +240,14 @@ def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), 
     if any(rep.get("ceiling") for rep in replays):
         notes.append(CEILING_NOTE)
     notes += [
+        "call ready / trace ready (docs/method.md, \"Call readiness\"; from the replay): a recorded tool call needs "
+        "each argument value (≥ 4 characters) that only earlier tool results held, and is ready when every such "
+        "value occurs as a whole token (numbers by value) anywhere in the render before it; trace ready: traces "
+        "whose every such call was. The oracle fails a task on exactly this rule, so these follow the score.",
         "recall (spec §7): share of (turn j, result r) reuse events whose result was rendered in full before j, "
-        "by age j − k (≤3, 4–10, 11–25, >25 turns).",
+        "by age j − k (≤3, 4–10, 11–25, >25 turns). It counts only tokens of ≥ 6 characters with an uppercase "
+        "letter or an underscore — never digit-only ids — and only results shown in full, so it can disagree with "
+        "the score: read it after the score and readiness.",
         "id survival: share of identifier uses (turn j uses, as a whole token under TFA's rules, a qualifying value "
         "first seen in an earlier tool result) whose value appears anywhere in the render before j — in full, in a "
         "summary, a placeholder or an assistant message; a value only a summary kept counts here and not for "

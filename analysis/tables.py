@@ -225,6 +225,24 @@ def _paper_table2() -> pd.DataFrame:
     return df[df["table"] == "table2"]
 
 
+def _has_rereads(summary: pd.DataFrame) -> bool:
+    return "rereads_per_task" in summary and bool(summary["rereads_per_task"].notna().any())
+
+
+REREAD_NOTE = ("oracle_reread: the offline oracle's reread mode — before a call that needs a value the render hid, "
+               "it re-issues the earlier read-only call whose result held it (its own invocation, charged like any "
+               "other, within the benchmark's step limit) and fails only when no read-only call brings the value "
+               "back; 'oracle' is the strict mode (a hidden value makes a wrong call). re-reads/task: the calls it "
+               "re-issued, per task (0 in strict mode).")
+
+
+def _rereads(records: Sequence[Mapping[str, Any]]) -> float:
+    """Mean calls per task the offline oracle re-issued to read a hidden value again (its ``reread`` mode);
+    NaN when the records do not say (another model, or records written before the mode existed)."""
+    counts = [r["extra"]["oracle_rereads"] for r in records if "oracle_rereads" in (r.get("extra") or {})]
+    return float(sum(counts)) / len(counts) if counts else math.nan
+
+
 def summarise(df: pd.DataFrame, groups: Mapping[tuple[str, str, int], GroupInfo]) -> pd.DataFrame:
     """One row per (model, benchmark, budget, method) with our and the paper's numbers."""
     paper = _paper_cells()
@@ -249,6 +267,7 @@ def summarise(df: pd.DataFrame, groups: Mapping[tuple[str, str, int], GroupInfo]
             "paper_mean_cost_usd": paper.get((model, bench, method, int(budget), "mean_cost_usd")),
             "paper_normalised_cost": paper.get((model, bench, method, int(budget), "normalized_cost")),
             "offline": is_offline(model), "synthetic": bool(g["synthetic"].any()),
+            "rereads_per_task": _rereads(recs),
             "note": info.note,
         }
         rows.append(row)
@@ -387,8 +406,11 @@ def setting_notes(df: pd.DataFrame) -> list[str]:
     off = df[df["offline"]]
     if not off.empty:
         benches = ", ".join(sorted(off["benchmark"].unique()))
-        notes.append(f"† OFFLINE: model 'oracle' (a context-bounded script follower, not an LLM) on {benches} — "
+        models = " and ".join(f"'{m}'" for m in sorted(off["model"].unique()))
+        notes.append(f"† OFFLINE: model {models} (a context-bounded script follower, not an LLM) on {benches} — "
                      "not comparable to the paper's numbers.")
+        if "oracle_reread" in set(off["model"]):
+            notes.append(REREAD_NOTE)
     syn = df[df["synthetic"]]
     if not syn.empty:
         benches = ", ".join(sorted(syn["benchmark"].unique()))
@@ -451,6 +473,8 @@ def main_table(summary: pd.DataFrame, stem: str = "table_main") -> Table:
             ("rho", "ρ", ".3f")]
     if "retry" in summary and summary["retry"].fillna(0).astype(int).any():  # only while some are pending
         cols.append(("retry", "infra errors to retry", "d"))
+    if _has_rereads(summary):
+        cols.insert(11, ("rereads_per_task", "re-reads/task", ".2f"))
     notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + [
         "Paper columns: the paper's Tables 6–8 where it reports the same (model, benchmark, method, B); "
         "blank (–) otherwise."]
@@ -505,6 +529,16 @@ def table1(summary: pd.DataFrame, stem: str = "table1") -> Table:
     title = "Table 1 analogue: relative change of ContextRender vs each method" + _title_tag(summary)
     return Table(stem, title, data, cols, [n for n in notes if n])
 
+
+#: Said next to every recall figure: what spec §7's recall cannot see.
+RECALL_CAVEAT = ("Recall counts only tokens of ≥ 6 characters with an uppercase letter or an underscore — never "
+                 "digit-only ids — and only results shown in full, so it can rank methods against their task score.")
+#: Said next to every readiness figure.
+READINESS_NOTE = ("call ready / trace ready (docs/method.md, \"Call readiness\"; same replay): a recorded tool call "
+                  "needs each argument value (≥ 4 characters) that only earlier tool results held, and is ready "
+                  "when every such value occurs as a whole token (numbers by value) anywhere in the render before it; "
+                  "trace ready: the share of traces whose every such call was ready — the offline oracle's failure "
+                  "rule applied to the recorded calls.")
 
 #: The row of the hindsight ceiling in recall tables — not a policy (experiments/evaluation/ceiling.py).
 CEILING = "hindsight ceiling"
@@ -579,6 +613,7 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
             for method, s in recall_entries(recall):
                 by_age = s.get("recall_by_age") or {}
                 row = {"model": model, "benchmark": bench, "budget": budget, "method": method,
+                       "call_readiness": s.get("call_readiness"), "trace_readiness": s.get("trace_readiness"),
                        "recall": s.get("recall"), **{f"recall_{b}": by_age.get(b) for b in AGE_BINS},
                        "paper_recall": p2(ref_model, ref_bench, method, ref_budget, "later_used_recall"),
                        **{f"paper_recall_{b}": p2(ref_model, ref_bench, method, ref_budget,
@@ -589,7 +624,9 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
         ev = recall.get("events_by_age") or {}
         notes.append(f"Later-Used Result Recall (spec §7) from replaying recorded Full-history traces at B={budget}: "
                      f"{recall.get('events', '?')} events ("
-                     + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + ").")
+                     + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + "). "
+                     + RECALL_CAVEAT)
+        notes.append(READINESS_NOTE)
         if recall.get("ceiling"):
             notes.append(CEILING_NOTE)
         notes.append("Paper recall columns: Table 2 of the setting named in 'paper setting' — the same "
@@ -604,7 +641,8 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
             key = ["model", "benchmark", "budget", "method"]
             rec = rec.drop_duplicates(subset=key, keep="last")
             abl = abl.merge(rec, on=key, how="outer")
-        cols += [("recall", "recall", ".1f"), ("paper_recall", "paper recall", ".1f")]
+        cols += [("call_readiness", "call ready", ".1f"), ("trace_readiness", "trace ready", ".1f"),
+                 ("recall", "recall", ".1f"), ("paper_recall", "paper recall", ".1f")]
         for b in AGE_BINS:
             cols += [(f"recall_{b}", f"age {AGE_LABELS[b]}", ".1f"), (f"paper_recall_{b}", "paper", ".1f")]
         cols.append(("paper_setting", "paper setting", "s"))
@@ -638,6 +676,7 @@ def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:
                 row[f"normalised_cost_B{b}"] = r["normalised_cost"].iloc[0] if len(r) else None
                 row[f"n_B{b}"] = int(r["n"].iloc[0]) if len(r) else None
                 row[f"paper_perf_B{b}"] = r["paper_perf"].iloc[0] if len(r) else None
+                row[f"rereads_B{b}"] = r["rereads_per_task"].iloc[0] if len(r) and "rereads_per_task" in r else None
             rows.append(row)
     data = pd.DataFrame(rows)
     if not data.empty:
@@ -653,6 +692,8 @@ def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:
         if f"paper_perf_B{b}" in data.columns:
             cols.append((f"paper_perf_B{b}", f"paper perf B={b}", ".1f"))
         cols.append((f"normalised_cost_B{b}", f"norm. cost B={b}", ".3f"))
+        if _has_rereads(summary):
+            cols.append((f"rereads_B{b}", f"re-reads/task B={b}", ".2f"))
     notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + [
         "Normalised cost at each B uses ρ and T of the Full records at that B."]
     title = "Budget sweep (Figure 5 analogue): performance and normalised cost vs B" + _title_tag(summary)
