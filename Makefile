@@ -17,7 +17,7 @@ ARGS ?=
 # Linux): make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline plus task-success
+.PHONY: help setup demo test check bench reproduce-table1 ablation sweep tables plots clean appworld-setup appworld-data appworld-offline plus plus-fitted task-success
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -110,8 +110,11 @@ plots: setup ## rebuild each figure whose runs exist under results/runs (fig4, f
 	set -e; if [ -d $(RUNS)/budget_sweep_offline/records ]; then \
 		$(PY) -m contextrender.analysis.plots --runs $(RUNS)/budget_sweep_offline --out results --figure fig5; fi
 
-plus: setup ## contextrender_plus (ours): fit on train traces, held-out recall + ceilings, oracle → results/plus
-	$(PY) -m contextrender.experiments.studies.plus
+plus: setup ## contextrender_plus (ours): each switch off in turn, oracle both modes + readiness → results/plus
+	$(PY) -m contextrender.experiments.studies.plus $(ARGS)
+
+plus-fitted: setup ## the OPTIONAL fitted profile contextrender_plus_fitted: fit on train traces, held-out recall → results/plus_fitted
+	$(PY) -m contextrender.experiments.studies.plus_fitted $(ARGS)
 
 # Issue 17: the peer strategies (catalogue group peers: every kind-peer method plus full, prune and
 # contextrender) head to head under one budget, offline (oracle), then recall and the failure-mode

@@ -293,7 +293,26 @@ def _explain(args: argparse.Namespace) -> int:
                          f"{len(session.results)} tool results, Tok(H_full) = {full}, B = {args.budget}; "
                          f"{args.method} renders {sel.rendered.tokens} tokens\n\n")
         sys.stdout.write(explain_table(sel, compare=compare) + "\n")
+        sys.stdout.write("\n" + readiness_lines(session.openai_messages(), {args.method: policy, **others},
+                                                 args.budget) + "\n")
     return 0
+
+
+def readiness_lines(messages: list[dict], policies: dict[str, object], budget: int) -> str:
+    """Call readiness of a session's recorded calls under each policy (docs/method.md, "Call readiness")."""
+    from contextrender.readiness import replay_readiness
+
+    lines = []
+    for name, policy in policies.items():
+        stats, calls = replay_readiness(messages, policy, budget)
+        hid = [(c, miss) for c, miss in calls if miss]
+        pct = "–" if stats.call_pct is None else f"{stats.call_pct:.1f} %"
+        lines.append(f"call readiness under {name} at B = {budget}: {pct} ({stats.ready} of {stats.needing} calls "
+                     "that needed a value only an earlier tool result held had it in the render before them)"
+                     + "".join(f"\n  turn {c.j} {c.name}: hidden {', '.join(miss)}" for c, miss in hid[:10])
+                     + (f"\n  ... and {len(hid) - 10} more" if len(hid) > 10 else ""))
+    lines.append("(replayed on this session alone: a method that learns from the file's other sessions sees none)")
+    return "\n".join(lines)
 
 
 def _view(args: argparse.Namespace) -> int:

@@ -363,6 +363,11 @@ class ReadinessTracker:
         self._ready = _bins()
         self._bin_ok: dict[str, bool] = {}  # bins with a needing call: all of them ready so far?
 
+    def index_for(self, history: Any) -> NeedIndex:
+        """The need index caught up with ``history`` (to ask what a turn would need before rendering for it)."""
+        self._catch_up(history)
+        return self.index
+
     def _catch_up(self, history: Any) -> None:
         n = len(history)
         if n < len(self.index):
@@ -400,6 +405,31 @@ class ReadinessTracker:
                               {b: int(self._bin_ok.get(b, False)) for b in AGE_BINS})
 
 
+def replay_readiness(messages: Sequence[Message | Mapping[str, Any]], policy: Any, budget: int,
+                     ) -> tuple[ReadinessStats, list[tuple[CallNeeds, tuple[str, ...]]]]:
+    """Call readiness of a recorded transcript under ``policy`` at ``budget``: the transcript is replayed into a
+    fresh in-memory session and the policy renders before every assistant message that makes a needing call,
+    from the messages before it. Returns the stats (one trace) and, per needing call, what the render hid.
+
+    A policy that learns from the other sessions of its graph file (``contextrender_plus``) sees none here.
+    """
+    from contextrender.graph import ContextGraph
+
+    tracker = ReadinessTracker()
+    out: list[tuple[CallNeeds, tuple[str, ...]]] = []
+    with ContextGraph() as graph:
+        session = graph.session("readiness")
+        for raw in messages:
+            m = raw if isinstance(raw, Message) else Message.from_openai(dict(raw), f"message {len(session)}")
+            if m.role == "assistant" and any(c.needs for c in tracker.index_for(session).needs(m)):
+                rendered = policy.render(session, budget)
+                out += [(c, miss) for c, miss in tracker.on_turn(session, rendered.messages, m) if c.needs]
+            elif m.role == "assistant":
+                tracker.on_turn(session, (), m)
+            session.add(m)
+    return tracker.stats, out
+
+
 def transcript_needs(messages: Sequence[Message | Mapping[str, Any]]) -> dict[int, list[CallNeeds]]:
     """Every assistant turn's call needs over a whole transcript: j → one entry per tool call."""
     index = NeedIndex()
@@ -413,4 +443,5 @@ def transcript_needs(messages: Sequence[Message | Mapping[str, Any]]) -> dict[in
 
 
 __all__ = ["MIN_CHARS", "CallNeeds", "Need", "NeedIndex", "ReadinessStats", "ReadinessTracker", "RenderedText",
-           "checked_values", "is_number", "message_text", "numbers_in", "occurs", "scalars", "transcript_needs"]
+           "checked_values", "is_number", "message_text", "numbers_in", "occurs", "replay_readiness", "scalars",
+           "transcript_needs"]

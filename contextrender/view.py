@@ -9,7 +9,9 @@ ContextRender family (age a_t, reuse c_t, relevance s_t, usefulness U_t, the
 similarity penalty D(r,S), the greedy pick, the reason). It adds the
 transcript, the Tool-Flow Analysis reuse edges (spec §3: each use linked back
 to the result it came from, labelled with the value) and the Later-Used
-Result Recall events of spec §7 with, per policy, whether each was hit.
+Result Recall events of spec §7 with, per policy, whether each was hit, and the tool calls that
+needed a value only earlier tool results held, with, per policy, whether each was ready (call readiness:
+every such value visible in the render before it; docs/method.md).
 :func:`render_html` turns that into one HTML file with everything inline —
 data, styles, script; no network, no CDN.
 
@@ -32,6 +34,7 @@ from typing import Any
 from contextrender.embed import HashingEmbedder
 from contextrender.events import Message
 from contextrender.graph import ContextGraph, Session
+from contextrender.readiness import NeedIndex, RenderedText
 from contextrender.recall import reuse_events
 from contextrender.render import Rendered, Scope, marker_text
 
@@ -59,12 +62,17 @@ class ViewData:
     scores: dict[str, list[list[Any] | None]]  # policy -> per invocation: per result [age, c, s, U, D, pick, reason]
     tokens: dict[str, list[int]]  # policy -> per invocation: Tok(H_t) rendered
     recall: dict[str, Any]  # {"events": [[j, result_seq, age]], "hits": {policy: [0/1 per event]}}
+    #: {"calls": [[assistant seq, call id, tool, [needed values], [their source seqs]]],
+    #:  "missing": {policy: [[values the render before it hid] per needing call]}}
+    readiness: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"session": self.session, "budget": self.budget, "policies": list(self.policies),
                 "messages": self.messages, "results": self.results, "edges": self.edges,
                 "invocations": self.invocations, "states": self.states, "scores": self.scores,
-                "tokens": self.tokens, "recall": self.recall, "state_codes": STATE_CODES}
+                "tokens": self.tokens, "recall": self.recall,
+                "readiness": self.readiness or {"calls": [], "missing": {p: [] for p in self.policies}},
+                "state_codes": STATE_CODES}
 
 
 def _state_of(session: Session, seq: int, rendered: Rendered, bodies: Mapping[int, str]) -> str:
@@ -107,6 +115,9 @@ def view_data(messages: Sequence[Mapping[str, Any] | Message], policies: Mapping
     visible_before: dict[str, dict[int, frozenset[int]]] = {n: {} for n in names}
     result_seqs: list[int] = [i for i, m in enumerate(parsed) if m.role == "tool"]
     position = {s: k for k, s in enumerate(result_seqs)}
+    needs = NeedIndex()  # the transcript before each assistant message: what its calls need
+    need_calls: list[list[Any]] = []
+    missing: dict[str, list[list[str]]] = {n: [] for n in names}
 
     def snapshot(j: int) -> None:
         """Render every policy on messages[:j] (the context before the assistant message at seq j)."""
@@ -144,12 +155,23 @@ def view_data(messages: Sequence[Mapping[str, Any] | Message], policies: Mapping
             scores[name].append(row if by_seq else None)
             tokens[name].append(rendered.tokens)
             visible_before[name][t] = rendered.visible
+            if j < len(parsed):
+                shown: RenderedText | None = None
+                for call in calls_at:
+                    shown = shown or RenderedText.of(rendered.messages)
+                    missing[name].append(list(shown.missing(call)))
 
+    calls_at: list[Any] = []
     for j, msg in enumerate(parsed):
         if msg.role == "assistant":
+            calls_at = [c for c in needs.needs(msg) if c.needs]
+            need_calls.extend([j, c.call_id, c.name, [n.value for n in c.needs], [n.source for n in c.needs]]
+                              for c in calls_at)
             snapshot(j)
+        needs.add(msg)
         for s in (*graphs.values(), ref):
             s.add(msg)
+    calls_at = []
     snapshot(len(parsed))  # the next invocation: what the policy would show now
 
     out_messages = []
@@ -165,7 +187,8 @@ def view_data(messages: Sequence[Mapping[str, Any] | Message], policies: Mapping
     events = reuse_events(list(parsed))
     hits = {n: [int(e.result_seq in visible_before[n].get(e.j, frozenset())) for e in events] for n in names}
     return ViewData(session_id, int(budget), tuple(names), out_messages, results, edges, invocations, states,
-                    scores, tokens, {"events": [[e.j, e.result_seq, e.age] for e in events], "hits": hits})
+                    scores, tokens, {"events": [[e.j, e.result_seq, e.age] for e in events], "hits": hits},
+                    {"calls": need_calls, "missing": missing})
 
 
 def method_view(messages: Sequence[Mapping[str, Any] | Message], methods: Sequence[str], budget: int, *,

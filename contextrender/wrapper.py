@@ -85,6 +85,10 @@ class LastRender:
     shortcut: bool | None
     messages: tuple[Any, ...]
     layout: tuple[int | None, ...]
+    #: call readiness of the session's answers so far (docs/method.md, "Call readiness"): ``needing_calls``,
+    #: ``ready_calls``, ``call_readiness`` (%), and ``previous_answer`` — each call of the answer to the
+    #: render before this one that needed a value only an earlier tool result held, with what it lacked
+    readiness: Mapping[str, Any] | None = None
 
 
 def _plain(obj: Any) -> Any:
@@ -196,10 +200,19 @@ class ContextRenderState:
         self.last = LastRender(session=res["session"], tokens=res["tokens"], budget=res["budget"],
                                method=res["method"], visible=tuple(res["visible"]), full_tokens=res["full_tokens"],
                                added=res["added"], forked=res["forked"], shortcut=res["shortcut"],
-                               messages=tuple(sent), layout=tuple(res["layout"]))
+                               messages=tuple(sent), layout=tuple(res["layout"]), readiness=res.get("readiness"))
         log.debug("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s)%s", res["session"], res["stored"],
                   res["added"], res["tokens"], self.budget, res["method"], " [forked]" if res["forked"] else "")
         return res["session"], sent
+
+    def readiness(self, session: str | None = None) -> dict[str, Any]:
+        """Call readiness of a session's answers (default: the latest render's session), the latest recorded
+        answer included: ``needing_calls``, ``ready_calls``, ``call_readiness`` (%), ``previous_answer``."""
+        sid = session or (self.last.session if self.last is not None else None)
+        if sid is None:
+            raise GraphError("no call yet: name a session")
+        out: dict[str, Any] = self.service.readiness(sid)
+        return out
 
     def record(self, sid: str, message: Any) -> None:
         """Best effort: store the answer; a failure is logged (the next call's sync carries it anyway)."""

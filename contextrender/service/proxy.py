@@ -37,7 +37,10 @@ Upstream errors come back with their status and body. Bodies above the limit
 rejected request is stored). Requests of one
 session are serialised; sessions run concurrently. Keys are never logged or
 stored: the graph holds messages only. Response headers
-``X-ContextRender-Session`` / ``-Tokens`` / ``-Budget`` say what was done;
+``X-ContextRender-Session`` / ``-Tokens`` / ``-Budget`` say what was done, and
+``X-ContextRender-Ready: k/n`` how many of the session's answered tool calls that needed a value only
+an earlier tool result held had it in the render they answered (call readiness; the calls of the
+latest answer, with what the render hid, at ``GET /sessions/{sid}/readiness``);
 ``X-ContextRender-Budget`` and ``X-ContextRender-Method`` request headers
 override the defaults per request (a method named there gets no CLI
 overrides). The session API of server.py is mounted too (``/sessions/...``),
@@ -492,9 +495,16 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
             fwd["messages"] = _forward_messages(messages, res)
             extra = {"x-contextrender-session": sid, "x-contextrender-tokens": str(res["tokens"]),
                      "x-contextrender-budget": str(b)}
-            log.info("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s) in %.1f ms%s", sid,
+            ready = res.get("readiness") or {}
+            if ready.get("needing_calls"):  # the session's answers so far: calls ready / calls that needed a value
+                extra["x-contextrender-ready"] = f"{ready['ready_calls']}/{ready['needing_calls']}"
+            hidden = [f"{c['call']} ({', '.join(c['missing'])})" for c in ready.get("previous_answer") or ()
+                      if c["missing"]]
+            log.info("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s) in %.1f ms%s%s", sid,
                      res["stored"], res["added"], res["tokens"], b, res["method"], 1e3 * (time.perf_counter() - t0),
-                     " [forked]" if res["forked"] else "")
+                     " [forked]" if res["forked"] else "",
+                     f"; the previous answer's calls lacked values the render hid: {'; '.join(hidden)}" if hidden
+                     else "")
             payload = json.dumps(fwd, ensure_ascii=False).encode()
             headers = upstream_headers(request)
             headers["content-type"] = "application/json"

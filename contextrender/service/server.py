@@ -59,7 +59,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -76,6 +76,7 @@ from contextrender.compaction import make_compactor
 from contextrender.embed import make_embedder
 from contextrender.events import Message, MessageError
 from contextrender.graph import ContextGraph, GraphError, Session
+from contextrender.readiness import ReadinessTracker, RenderedText
 from contextrender.registry import OverrideError, build_policy, method_config, validate_overrides
 from contextrender.render import BudgetExceeded, Scope
 from contextrender.service.guard import AccessPolicy, Guard, error_body
@@ -211,6 +212,57 @@ def _is_prefix(session: Session, parsed: Sequence[Message]) -> bool:
     return n <= len(parsed) and all(same_message(parsed[i], session.message(i)) for i in range(n))
 
 
+class _Prefix:
+    """The first ``n`` messages of a session, as the readiness tracker reads a history."""
+
+    def __init__(self, session: Session, n: int) -> None:
+        self.session, self.n = session, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def message(self, seq: int) -> Message:
+        return self.session.message(seq)
+
+
+class _SessionReadiness:
+    """Call readiness of the answers a session's renders got (docs/method.md, "Call readiness").
+
+    After each render: what it showed and where its answer goes. When the session holds that answer (the
+    client's next request carries it, or the wrapper records it), its tool calls are scored against that
+    render: each value a call needed that only earlier tool results held, and whether the render showed it.
+    In memory while the session is (dropped when it is evicted; a reloaded session starts a new tally).
+    """
+
+    def __init__(self) -> None:
+        self.tracker = ReadinessTracker()
+        self.shown: RenderedText | None = None
+        self.answer_at = -1
+        self.last: list[dict[str, Any]] = []
+
+    def settle(self, session: Session) -> None:
+        """Score the answer to the latest render, once the session holds it."""
+        at = self.answer_at
+        if self.shown is None or at < len(self.tracker.index) or at >= len(session):
+            return
+        answer = session.message(at)
+        if answer.role == "assistant":
+            scored = self.tracker.on_turn(_Prefix(session, at), self.shown, answer)
+            self.last = [{"call": c.name, "call_id": c.call_id, "needed": [n.value for n in c.needs],
+                          "missing": list(miss)} for c, miss in scored if c.needs]
+        self.shown = None
+
+    def rendered(self, session: Session, messages: Sequence[Mapping[str, Any]]) -> None:
+        self.settle(session)
+        self.shown = RenderedText.of(messages)
+        self.answer_at = len(session)
+
+    def summary(self) -> dict[str, Any]:
+        s = self.tracker.stats
+        return {"previous_answer": self.last, "calls": s.calls, "needing_calls": s.needing, "ready_calls": s.ready,
+                "call_readiness": s.call_pct}
+
+
 class ContextService:
     """Sessions, policies and renders over one graph file; used by the server, the proxy
     and :class:`~contextrender.adapters.http_client.InProcessClient`.
@@ -249,6 +301,7 @@ class ContextService:
         self._guard = threading.Lock()
         self._locks: dict[str, threading.RLock] = {}
         self._loaded: OrderedDict[str, None] = OrderedDict()  # sessions in memory, least recently used first
+        self._readiness: dict[str, _SessionReadiness] = {}  # per loaded session: its answers' call readiness
         self._policies: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._policy_lock = threading.Lock()
         self._variants: dict[str, list[str]] = {}
@@ -387,6 +440,7 @@ class ContextService:
                     if sid not in self._loaded or len(self._loaded) <= self.max_sessions:
                         continue
                     del self._loaded[sid]
+                    self._readiness.pop(sid, None)
                 self.graph.release(sid)
             finally:
                 lock.release()
@@ -518,7 +572,11 @@ class ContextService:
         msgs = [dict(m) for m in rendered.messages]
         if len(rendered.sources) != len(msgs):  # every policy records them (render.assemble)
             raise InternalError(f"method {getattr(policy, 'name', None)!r} returned a render without sources")
+        with self._guard:
+            ready = self._readiness.setdefault(session.id, _SessionReadiness())
+        ready.rendered(session, msgs)  # the session's lock is held: one render of it at a time
         return {"messages": msgs, "layout": list(rendered.sources), "tokens": rendered.tokens,
+                "readiness": ready.summary(),
                 "budget": budget, "method": getattr(policy, "name", None), "visible": sorted(rendered.visible),
                 "usage": rendered.usage.to_dict(), "shortcut": shortcut,
                 "full_tokens": Scope.of(session).full_tokens(session), "stored": len(session),
@@ -535,6 +593,15 @@ class ContextService:
             out.update(session=sid, created=False, added=0, forked=False)
             return out
         return self._with_synced(sid, messages, on_conflict, lambda s: self._render(s, policy, b))
+
+    def readiness(self, sid: str) -> dict[str, Any]:
+        """Call readiness of the answers this session's renders got, since the session was last loaded: the
+        tally, and per call of the latest scored answer what it needed and what the render hid."""
+        with self._session(sid, create=False) as (session, _):
+            with self._guard:
+                ready = self._readiness.setdefault(sid, _SessionReadiness())
+            ready.settle(session)
+            return {"session": sid, **ready.summary()}
 
     def scores(self, sid: str, *, budget: int | None = None, method: str | None = None,
                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -742,6 +809,10 @@ def session_router(service: ContextService) -> APIRouter:
     @r.get("/sessions/{sid}/edges")
     def edges(sid: str) -> dict[str, Any]:
         return service.edges(sid)
+
+    @r.get("/sessions/{sid}/readiness")
+    def readiness(sid: str) -> dict[str, Any]:
+        return service.readiness(sid)
 
     @r.get("/sessions/{sid}/view", response_model=None)
     def view(sid: str, budget: int | None = Query(default=None, gt=0),

@@ -1,6 +1,8 @@
 // ContextRender session view: the transcript, the reuse edges (use -> source result, labelled with the value),
 // each result's state under one or two policies at the chosen invocation, the scores behind it, and the
-// Later-Used Result Recall events (hit / missed). All data is inline (#cr-data); nothing is fetched.
+// Later-Used Result Recall events (hit / missed), and the calls that needed a value only earlier tool results held:
+// ready (every such value visible in the render before the call) or not, per policy. All data is inline (#cr-data);
+// nothing is fetched.
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("cr-data").textContent);
@@ -126,11 +128,35 @@
     return codes ? codes.charAt(resultIndex[seq]) : "-";
   }
 
+  // -- call readiness: a badge per needing call, per policy ---------------------------------------------------------
+  var R = D.readiness || {calls: [], missing: {}};
+  function readyShare(p) {
+    var miss = R.missing[p] || [], n = miss.length, ok = miss.filter(function (m) { return m.length === 0; }).length;
+    return n ? p + " call readiness " + Math.round(100 * ok / n) + "% (" + ok + "/" + n + ")" : "";
+  }
+  function drawReadiness() {
+    R.calls.forEach(function (c, k) {
+      var row = rows[c[0]]; if (!row) return;
+      var div = row.querySelector('.call[data-call="' + CSS.escape(c[1]) + '"]'); if (!div) return;
+      var old = div.querySelectorAll(".ready"); old.forEach(function (x) { x.remove(); });
+      [state.a, state.b].forEach(function (p) {
+        if (!p || !R.missing[p]) return;
+        var miss = R.missing[p][k];
+        var b = el("span", {"class": "ready " + (miss.length ? "not-ready" : "is-ready"), "data-policy": p,
+                            title: "needs " + c[3].join(", ") + " (from #" + c[4].join(", #") + ")"},
+                   " " + p.slice(0, 14) + (miss.length ? " NOT READY: " + miss.join(", ") : " ready"));
+        div.appendChild(b);
+      });
+    });
+  }
+
   function refresh() {
     var inv = D.invocations[state.t];
     var parts = ["t = " + inv.t + ", before #" + inv.seq + ", Tok(H_full) = " + inv.full_tokens + ", B = " + D.budget];
     [state.a, state.b].forEach(function (p) { if (p) parts.push(p + ": " + D.tokens[p][state.t] + " tok"); });
+    [state.a, state.b].forEach(function (p) { var r = p ? readyShare(p) : ""; if (r) parts.push(r); });
     invLabel.textContent = " " + parts.join(" · ");
+    drawReadiness();
     jump.value = state.t;
     D.messages.forEach(function (m) {
       var row = rows[m.seq];

@@ -126,3 +126,21 @@ def test_snapshot_is_an_independent_copy(tmp_path):
     snap.close()
     with ContextGraph(path) as g:
         assert len(g.session("a")) == 1
+
+
+def test_explain_cli_reports_call_readiness_beside_the_table(tmp_path, capsys):
+    """explain replays the session's recorded calls under the method and each compared one: the dinner bill's
+    Venmo login needs a password only an early tool result held; Prune's render hid it, ContextRender's did not."""
+    from contextrender.cli import main
+    from contextrender.experiments.fixtures.scenarios import DINNER_BILL_BUDGET, dinner_bill
+
+    path = tmp_path / "g.sqlite"
+    with ContextGraph(path) as g:
+        g.session("dinner").sync(dinner_bill())
+    assert main(["explain", "dinner", "--graph", str(path), "--budget", str(DINNER_BILL_BUDGET),
+                 "--embedding", "hashing", "--compare", "prune"]) == 0
+    out = capsys.readouterr().out
+    cr = next(ln for ln in out.splitlines() if ln.startswith("call readiness under contextrender "))
+    pr = next(ln for ln in out.splitlines() if ln.startswith("call readiness under prune "))
+    assert "100.0 %" in cr and "100.0 %" not in pr
+    assert "venmo__login: hidden Jf1#vS6kDm" in out.split(pr, 1)[1]

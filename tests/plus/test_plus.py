@@ -260,7 +260,7 @@ def test_fitted_prior_is_read_from_config_not_from_data(monkeypatch):
     """The fitted prior comes from conf/method/contextrender_plus_fitted.yaml; rendering never fits or reads traces."""
     from omegaconf import OmegaConf
 
-    from contextrender.experiments.studies import plus as study
+    from contextrender.experiments.studies import plus_fitted as study
 
     cfg = method_config("contextrender_plus_fitted")
     want = {str(k): float(v) for k, v in OmegaConf.to_container(cfg.tool_prior).items()}

@@ -9,7 +9,7 @@ from _code_agent import search_call
 
 from contextrender.experiments.evaluation.recall import reuse_events
 from contextrender.experiments.evaluation.traces import Episode, read_traces
-from contextrender.experiments.studies import plus as pe
+from contextrender.experiments.studies import plus_fitted as pe
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_synthetic_traces_have_long_range_reuse(episodes):
 
 @pytest.mark.parametrize("budget", [600, 1500])
 def test_hindsight_ceiling_bounds_every_policy(episodes, budget):
-    specs = {"contextrender": ("contextrender", {}), "contextrender_plus": ("contextrender_plus", {}),
+    specs = {"contextrender": ("contextrender", {}), pe.PLUS: (pe.PLUS, {}),
              "prune": ("prune", {}), "semantic_retrieval": ("semantic_retrieval", {})}
     res = pe.run_replay(specs, episodes, budget)
     ceil = pe.ceilings(episodes, budget)
@@ -43,7 +43,7 @@ def test_hindsight_ceiling_bounds_every_policy(episodes, budget):
     assert pe.CEILINGS == {pe.CEILING: False, "hindsight ceiling, prose-first trim": True}
     assert bound.over_budget == 0 and own.over_budget == 0
     for name, t in res.methods.items():
-        top = own if name == "contextrender_plus" else bound
+        top = own if name == pe.PLUS else bound
         assert t.stats.events == top.stats.events
         assert t.stats.hits <= top.stats.hits, name
     assert bound.stats.hits < bound.stats.events  # at these budgets not everything can be shown
@@ -60,7 +60,7 @@ def test_evaluate_report_and_plot(episodes, tmp_path):
     fitted = {"params": params, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {"synth": 0},
               "fit_sets": ["synth"], "tool_prior": {"get_order": 0.5}, "prior_default": 0.1}
     orc = {"bfcl_multi_turn": {m: {"2000": {"tasks": 2, "mean": v, "metric": "task_acc"}}
-                               for m, v in (("contextrender", 50.0), ("contextrender_plus", 100.0))}}
+                               for m, v in (("contextrender", 50.0), (pe.PLUS, 100.0))}}
     md = pe.report(evald, fitted, orc)
     assert "Acceptance check" in md and "hindsight ceiling" in md and "gap covered" in md
     assert "bfcl_multi_turn B=2000: 100.0 vs 50.0 (≥)" in md
@@ -69,14 +69,14 @@ def test_evaluate_report_and_plot(episodes, tmp_path):
 
 
 def _row(cr: float, plus: float, ceiling: float) -> dict:
-    ms = {"contextrender": {"recall": cr}, "contextrender_plus": {"recall": plus, "over_budget_renders": 0},
+    ms = {"contextrender": {"recall": cr}, pe.PLUS: {"recall": plus, "over_budget_renders": 0},
           pe.CEILING: {"recall": ceiling}}
     return {"2000": {"traces": 1, "events": 10, "methods": ms}}
 
 
 def test_verdict_names_each_set_by_the_measured_gap():
     evald = {"a": _row(90.0, 99.0, 100.0), "b": _row(80.0, 85.0, 90.0), "c": _row(97.0, 97.0, 97.0)}
-    orc = {"bench": {"contextrender": {"2000": {"mean": 80.0}}, "contextrender_plus": {"2000": {"mean": 75.0}}}}
+    orc = {"bench": {"contextrender": {"2000": {"mean": 80.0}}, pe.PLUS: {"2000": {"mean": 75.0}}}}
     v = pe.verdict(evald, orc)
     assert "met on a 90 % and NOT met on b 50 %" in v and "no gap on c" in v
     assert "bench 75.0 vs 80.0 (BELOW)" in v
@@ -100,7 +100,7 @@ def test_other_budgets_are_reported_beside_the_fitted_one(episodes):
     assert (rows[1]["events"], rows[1]["gap_covered"]) == (10, 50.0)
     tight = rows[0]
     assert tight["contextrender"] == ms["contextrender"]["recall"] and tight["over_budget"] == 0
-    assert tight["gap_covered"] == pe.gap_covered(tight["contextrender_plus"], tight["contextrender"], tight["ceiling"])
+    assert tight["gap_covered"] == pe.gap_covered(tight[pe.PLUS], tight["contextrender"], tight["ceiling"])
     evald = pe.evaluate({"synth": {"train": [], "test": episodes[:2]}}, budgets=(2000,))
     fitted = {"params": {}, "train_objective": 0.0, "fit_budgets": [2000], "train_tasks": {}, "fit_sets": ["synth"],
               "tool_prior": {}, "prior_default": 0.1}
@@ -119,7 +119,7 @@ def test_the_gap_share_carries_its_bootstrap_interval():
     top = [4, 4, 3, 6, 3, 2, 5, 4, 2, 3, 5, 3]
     plus = [3, 4, 2, 5, 3, 1, 5, 3, 1, 3, 4, 2]
     ms = {"contextrender": {"recall": 100.0 * sum(cr) / 60, "hits_per_trace": cr},
-          "contextrender_plus": {"recall": 100.0 * sum(plus) / 60, "hits_per_trace": plus, "over_budget_renders": 0},
+          pe.PLUS: {"recall": 100.0 * sum(plus) / 60, "hits_per_trace": plus, "over_budget_renders": 0},
           pe.CEILING: {"recall": 100.0 * sum(top) / 60, "hits_per_trace": top}}
     row = pe.gap_row("x", {"traces": 12, "events": 60, "methods": ms})
     lo, hi = row["gap_ci"]

@@ -213,3 +213,22 @@ def sse_message(raw: bytes) -> dict[str, Any]:
                               "function": {"name": c["name"], "arguments": c["arguments"]}}
                              for _, c in sorted(calls.items())]
     return msg
+
+
+def remembering_upstream() -> Any:
+    """A scripted model that remembers what the render may hide: at turn k it looks up the record id that
+    tool result k−1 named (the turn comes in the request's ``user`` field), whatever it was shown."""
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        turn = int(body["user"].rsplit("-", 1)[1])
+        record = "REC_start" if turn == 0 else f"REC_r_{turn - 1}_0"
+        call = {"id": f"call_{turn}", "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({"record": record, "part": 0})}}
+        return {"id": f"r{turn}", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "tool_calls",
+                             "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+
+    return app

@@ -16,7 +16,7 @@ import pytest
 from contextrender.graph import OMISSION_MARKER
 from contextrender.service.proxy import StreamAssembler, create_proxy_app
 
-from .conftest import SYSTEM, history_tokens, serve, sse_message, tool_result
+from .conftest import SYSTEM, history_tokens, remembering_upstream, serve, sse_message, tool_result
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
@@ -286,3 +286,33 @@ def test_kept_messages_are_forwarded_as_sent(proxy):
     r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": history},
                    headers={"X-ContextRender-Method": "nope"}, timeout=30)
     assert r.status_code == 400 and "unknown method" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("budget,ready", [(200, False), (6000, True)])
+def test_call_readiness_of_each_answer_in_a_header_and_the_session_api(service, budget, ready):
+    """Each call after the first needs the id the previous tool result named. Under a budget too small for any
+    result the render hid it; under a roomy one it did not. The proxy says so in X-ContextRender-Ready (the
+    session's answered calls: ready / needing a value only a tool result held), and GET
+    /sessions/{sid}/readiness names what the latest answer's calls lacked."""
+    with serve(remembering_upstream()) as up:
+        app = create_proxy_app(f"{up}/v1", service=service, budget=budget, method="prune")
+        with serve(app) as url, httpx.Client(timeout=30) as client:
+            messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                              {"role": "user", "content": "Follow the records."}]
+            headers = []
+            for turn in range(4):
+                r = client.post(f"{url}/v1/chat/completions", headers={"X-ContextRender-Session": f"ready-{budget}"},
+                                json={"model": "m", "messages": messages, "tools": TOOLS, "user": f"t-{turn}"})
+                assert r.status_code == 200, r.text
+                headers.append(r.headers.get("x-contextrender-ready"))
+                msg = r.json()["choices"][0]["message"]
+                messages.append(msg)
+                messages.append({"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"],
+                                 "content": tool_result("r", turn, 0, msg["tool_calls"][0])})
+            got = client.get(f"{url}/sessions/ready-{budget}/readiness").json()
+    # turn 0's call needs nothing; each later answer is scored when the next request carries it
+    assert headers == [None, None, "0/1" if not ready else "1/1", "0/2" if not ready else "2/2"]
+    assert got["needing_calls"] == 3 and got["ready_calls"] == (3 if ready else 0)  # the proxy recorded the last
+    [call] = got["previous_answer"]
+    assert call["call"] == "lookup" and call["needed"] == ["REC_r_2_0"]
+    assert call["missing"] == ([] if ready else ["REC_r_2_0"])

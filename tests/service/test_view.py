@@ -101,6 +101,14 @@ def test_dinner_bill_view_holds_figure_2(dinner_html):
     # Recall events (spec §7) with a hit/miss per policy.
     ev = [i for i, e in enumerate(data["recall"]["events"]) if e[1] == DINNER_BILL_CONTACT_SEQ]
     assert ev and all(data["recall"]["hits"][p][i] in (0, 1) for p in data["policies"] for i in ev)
+    # Call readiness: the calls that needed a value only a tool result held, and what each policy hid from them.
+    # Venmo's password (from the supervisor's password list, many turns back): Prune dropped it, ContextRender not.
+    calls = data["readiness"]["calls"]
+    k = next(i for i, c in enumerate(calls) if c[2] == "venmo__login")
+    assert calls[k][3] == ["Jf1#vS6kDm"] and data["messages"][calls[k][4][0]]["role"] == "tool"
+    assert data["readiness"]["missing"]["prune"][k] == ["Jf1#vS6kDm"]
+    assert data["readiness"]["missing"]["contextrender"][k] == []
+    assert len(data["readiness"]["missing"]["prune"]) == len(calls) >= 10
 
 
 def test_view_data_matches_the_policies_own_renders():
@@ -157,6 +165,11 @@ def test_chromium_draws_nodes_and_edges(tmp_path, dinner_html):
     assert badges[("prune", str(DINNER_BILL_CONTACT_SEQ))] == "omitted"
     # The details panel holds the scores of the selected result for both policies.
     assert any(t == "tr" and a.get("data-policy") == "contextrender" for t, a in page.elements)
+    # Each needing call carries a readiness badge per policy; Prune left the Venmo login without its password.
+    ready = [(a.get("data-policy"), a.get("class")) for t, a in page.elements
+             if t == "span" and "ready" in (a.get("class") or "").split()]
+    assert ("prune", "ready not-ready") in ready and ("contextrender", "ready is-ready") in ready
+    assert not any(p == "contextrender" and "not-ready" in c for p, c in ready)
 
 
 @chromium_missing

@@ -26,7 +26,16 @@ from contextrender.files import LockedError
 from contextrender.graph import OMISSION_MARKER
 from contextrender.wrapper import AsyncRecordingStream, RecordingStream, WrappedClient
 
-from .conftest import SYSTEM, history_tokens, scripted_reply, serve, sse_chunks, sse_message, tool_result
+from .conftest import (
+    SYSTEM,
+    history_tokens,
+    remembering_upstream,
+    scripted_reply,
+    serve,
+    sse_chunks,
+    sse_message,
+    tool_result,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 B = 1500
@@ -536,3 +545,25 @@ for fn in (contextrender.wrap, wrap):
     for src in (code, code2):
         proc = subprocess.run([sys.executable, "-c", src], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("budget,ready", [(200, False), (6000, True)])
+def test_each_answers_call_readiness_is_reported(budget, ready):
+    """client.contextrender.last.readiness: the session's answered calls so far and what the previous answer's
+    calls lacked; client.contextrender.readiness(): the same with the latest recorded answer scored too."""
+    with serve(remembering_upstream()) as up:
+        client = contextrender.wrap(sdk(up), budget=budget, method="prune", embedder=HashingEmbedder())
+        history: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Follow the records."}]
+        seen = []
+        for turn in range(4):
+            out = client.chat.completions.create(model="m", messages=history, tools=TOOLS, user=f"t-{turn}")
+            seen.append(client.contextrender.last.readiness)
+            msg = out.choices[0].message
+            history += [msg, {"role": "tool", "tool_call_id": msg.tool_calls[0].id,
+                              "content": tool_result("r", turn, 0, plain(msg)["tool_calls"][0])}]
+        assert [(r["ready_calls"], r["needing_calls"]) for r in seen] == (
+            [(0, 0), (0, 0), (1, 1), (2, 2)] if ready else [(0, 0), (0, 0), (0, 1), (0, 2)])
+        assert seen[2]["previous_answer"][0]["missing"] == ([] if ready else ["REC_r_0_0"])
+        now = client.contextrender.readiness()  # the wrapper recorded the last answer: it is scored too
+        assert (now["ready_calls"], now["needing_calls"]) == ((3, 3) if ready else (0, 3))
+        client.close()

@@ -237,8 +237,11 @@ class BFCLEnvironment:
         method = self._methods.get(name)
         if method is None or not isinstance(arguments, dict):
             return False
-        before = copy.deepcopy(method.__self__)
-        trial = copy.deepcopy(method.__self__)
+        instance = getattr(method, "__self__", None)  # a bound method of one backend instance
+        if instance is None:
+            return False
+        before = copy.deepcopy(instance)
+        trial = copy.deepcopy(instance)
         try:
             getattr(trial, name)(**copy.deepcopy(arguments))
         except Exception:  # a failing call is not worth repeating
