@@ -86,6 +86,7 @@ from contextrender.scoring import matvec
 from contextrender.selector import Choice, ContextRender, FillRoom, Stage, greedy
 from contextrender.tabular import tabulate
 from contextrender.tfa import match_tokens
+from contextrender.tokens import MESSAGE_OVERHEAD
 
 _MISSING = object()
 #: Entries each per-result cache of a policy keeps (least recently added dropped first).
@@ -225,6 +226,12 @@ class ContextRenderPlus(ContextRender):
         if not vals:
             return marker
         return f"{marker[:-1]}; values: {', '.join(vals)}]"
+
+    def _compaction_known(self, session: Session, seq: int, cap: int) -> bool:
+        """Whether the graph holds this result's compaction at ``cap`` already (using it costs nothing)."""
+        if self.compactor is None:
+            return False
+        return session.latest_artifact("compaction", f"{seq}:{cap}:{self.compactor.name}") is not None
 
     def id_text(self, session: Session, seq: int) -> tuple[str, int]:
         """The result's id form (:mod:`contextrender.idform`) and its tool message's tokens (cached)."""
@@ -508,14 +515,16 @@ class ContextRenderPlus(ContextRender):
             options: list[tuple[str, str]] = []
             if self.tabular and (form := self.tabular_text(session, seq)) is not None:
                 options.append((form, "tabular"))
-            if compact and int(st.arrays.ntok[i]) > cap:
+            has_ids = seq in out and out[seq][1] == "ids"
+            if compact and not has_ids and int(st.arrays.ntok[i]) > cap:
                 if i in st.compacted:  # oversized: already compacted by the fallback (spec §5 step 5)
                     options.append((st.compacted[i], "compacted"))
-                else:
+                elif self._compaction_known(session, seq, cap) or current + MESSAGE_OVERHEAD + cap - now <= budget:
+                    # A compaction is a model call: made only when its form (at most cap tokens) could fit.
                     text, u = room.compact(seq, cap)
                     usage += u
                     options.append((text, "compacted"))
-            if seq in out and out[seq][1] == "ids":
+            if has_ids:
                 options = options[:1] if options and options[0][1] == "tabular" else []  # only a lossless upgrade
             elif self.id_forms:
                 options.append((self.id_text(session, seq)[0], "ids"))
