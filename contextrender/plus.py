@@ -297,17 +297,28 @@ class ContextRenderPlus(ContextRender):
             i_ok = open_ & (form == 0) & has_ids & (current + to_ids_dc <= budget)
             if not (f_ok.any() or i_ok.any()):
                 break
-            if mode == "floor" and i_ok.any():  # the id floor: every id form that fits, most useful first
-                f_ok = np.zeros(n, dtype=bool)
-            if mode == "dense":
-                def key(dv: np.ndarray, dc: np.ndarray) -> np.ndarray:
-                    cost = np.maximum(dc, 1).astype(np.float64)
-                    return np.where(dv > 0, np.where(dc <= 0, np.inf, dv / cost), dv * cost)
-            else:
-                def key(dv: np.ndarray, dc: np.ndarray) -> np.ndarray:
-                    return dv
-            kf = np.where(f_ok, key(to_full_dv, to_full_dc), -np.inf)
-            ki = np.where(i_ok, key(to_ids_dv, to_ids_dc), -np.inf)
+            in_floor = False
+            if mode == "floor":
+                # The floor first: every result's values — its id form, or its full text when that is no longer
+                # than its id form — most useful first; only then full texts on top of id forms.
+                floor_full = f_ok & (form == 0) & ~has_ids
+                if i_ok.any() or floor_full.any():
+                    in_floor = True
+                    f_ok = floor_full
+                    kf = np.where(f_ok, g, -np.inf)
+                    ki = np.where(i_ok, g, -np.inf)
+            if not in_floor:
+                if mode == "dense":
+                    cost_f = np.maximum(to_full_dc, 1).astype(np.float64)
+                    cost_i = np.maximum(to_ids_dc, 1).astype(np.float64)
+                    kf = np.where(to_full_dv > 0, np.where(to_full_dc <= 0, np.inf, to_full_dv / cost_f),
+                                  to_full_dv * cost_f)
+                    ki = np.where(to_ids_dv > 0, np.where(to_ids_dc <= 0, np.inf, to_ids_dv / cost_i),
+                                  to_ids_dv * cost_i)
+                else:
+                    kf, ki = to_full_dv.astype(np.float64), (to_ids_dv * np.ones(n)).astype(np.float64)
+                kf = np.where(f_ok, kf, -np.inf)
+                ki = np.where(i_ok, ki, -np.inf)
             i_f, i_i = int(np.argmax(kf)), int(np.argmax(ki))
             # the better of the two upgrades; on a tie the older result, then the lighter form
             if kf[i_f] > ki[i_i] or (kf[i_f] == ki[i_i] and i_f < i_i):
@@ -519,8 +530,10 @@ class ContextRenderPlus(ContextRender):
             if compact and not has_ids and int(st.arrays.ntok[i]) > cap:
                 if i in st.compacted:  # oversized: already compacted by the fallback (spec §5 step 5)
                     options.append((st.compacted[i], "compacted"))
-                elif self._compaction_known(session, seq, cap) or current + MESSAGE_OVERHEAD + cap - now <= budget:
-                    # A compaction is a model call: made only when its form (at most cap tokens) could fit.
+                elif (not self.id_forms or self._compaction_known(session, seq, cap)
+                      or current + MESSAGE_OVERHEAD + cap - now <= budget):
+                    # A compaction is a model call: with id forms on, made only when its form (at most cap tokens)
+                    # could fit (the earlier plus, the fitted profile, compacts every candidate it weighs).
                     text, u = room.compact(seq, cap)
                     usage += u
                     options.append((text, "compacted"))

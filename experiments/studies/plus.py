@@ -41,7 +41,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "plus −learned prior": {"learned_prior": 0.0},
     "plus −tabular": {"tabular": False},
     "plus −compact omitted": {"compact_omitted": False},
-    "plus −lexical": {"lexical": 0.0},
+    "plus +lexical (W_lex 1)": {"lexical": 1.0},
     "plus −packing": {"packing": False},
     "plus −prose-first trim": {"trim_prose_first": False},
 }
@@ -54,10 +54,11 @@ BUDGET = 2000
 
 
 def slug(variant: str) -> str:
-    """The method name a variant's records carry (its job files' stem)."""
+    """The method name a variant's records carry (its job files' stem): plus_no_<switch> or plus_with_<switch>."""
     if variant == PLUS:
         return PLUS
-    return "plus_no_" + "".join(c if c.isalnum() else "_" for c in variant.split("−", 1)[1].split(" (")[0].strip())
+    sign, rest = ("no", variant.split("−", 1)[1]) if "−" in variant else ("with", variant.split("+", 1)[1])
+    return f"plus_{sign}_" + "".join(c if c.isalnum() else "_" for c in rest.split(" (")[0].strip())
 
 
 def _compose(overrides: Sequence[str]) -> Any:
@@ -196,22 +197,23 @@ def report(runs: Mapping[str, Any], ready: Mapping[str, Any], verdict: Mapping[s
                          f"{_f(rd.get('call_readiness'))} | {_f(rd.get('trace_readiness'))} | {_f(rd.get('recall'))} |")
         lines.append("")
     lines += ["## Verdict per switch", "",
-              "Σ Δ pass: the change in pass (percentage points) when the switch is off, summed over the benchmarks "
-              "and both oracle modes; Δ call readiness summed over the benchmarks. A switch stays when turning it "
-              "off lowers the summed pass (or leaves it and lowers readiness).", "",
-              "| switch off | Σ Δ pass | worst cell | Σ Δ call readiness | verdict |", "|---|---:|---:|---:|---|"]
+              "Σ Δ pass: the change in pass (percentage points) when the switch is flipped from its default (−: "
+              "turned off; +: a switch that is off by default turned on), summed over the benchmarks and both "
+              "oracle modes; Δ call readiness summed over the benchmarks. A default stays when flipping it lowers "
+              "the summed pass (or leaves it and lowers readiness).", "",
+              "| flipped | Σ Δ pass | worst cell | Σ Δ call readiness | verdict |", "|---|---:|---:|---:|---|"]
     for variant, v in verdict.items():
-        lines.append(f"| {variant.replace('plus −', '')} | {v['delta_pass_sum']:+.1f} | "
+        lines.append(f"| {variant.replace('plus ', '')} | {v['delta_pass_sum']:+.1f} | "
                      f"{_f(v['delta_pass_min'])} | {v['delta_call_readiness_sum']:+.1f} | {v['verdict']} |")
-    kept = [k.replace("plus −", "") for k, v in verdict.items() if v["verdict"] == "keep"]
-    idle = [k.replace("plus −", "") for k, v in verdict.items() if v["verdict"] == "no effect here"]
-    drop = [k.replace("plus −", "") for k, v in verdict.items() if v["verdict"] == "drop?"]
-    lines += ["", f"Kept because they help here: {', '.join(kept) or 'none'}."]
+    kept = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "keep"]
+    idle = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "no effect here"]
+    drop = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "drop?"]
+    lines += ["", f"Defaults that flipping makes worse here (kept): {', '.join(kept) or 'none'}."]
     if idle:
         lines.append(f"No effect on these benchmarks (kept for transcripts they were made for, e.g. real dialogues "
                      f"with prose or results without ids): {', '.join(idle)}.")
     if drop:
-        lines.append(f"Turning these off did as well or better here: {', '.join(drop)} — see the cells above "
+        lines.append(f"Flipping these did as well or better here: {', '.join(drop)} — see the cells above "
                      "before changing the default.")
     lines += ["", "Recall counts only tokens of ≥ 6 characters with an uppercase letter or an underscore and only "
               "results shown in full; an id form is never counted. Read it after the task score and readiness.", ""]
