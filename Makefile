@@ -41,7 +41,7 @@ test: setup ## run the test suite (offline; `live` tests skip without API keys)
 check: setup ## lint, type-check, and the one-way import rule (scripts/check_layers.py)
 	$(PY) -m ruff check contextrender baselines experiments analysis tests scripts
 	$(PY) -m mypy contextrender baselines experiments analysis
-	$(PY) scripts/check_layers.py
+	$(PY) scripts/check_layers.py --graph docs/import_graph.svg
 
 # The replay-speed part (cold/warm replay of 200 traces × 10 methods) is the longest, a few minutes
 # on 2 cores: `make bench ARGS=--skip-replay` leaves it out (also --skip-overhead, --skip-embed).

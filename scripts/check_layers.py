@@ -8,6 +8,11 @@ at module level or inside a function — is checked against the layer table
 below. A module may import its own layer and the layers beneath it; the
 service and the harness are side by side and may not import each other.
 Exits 1 and lists each violation as ``file:line: importer -> imported``.
+
+``--graph PATH`` also draws what it found, one picture of the layers and the imports between them
+(``docs/import_graph.svg``, rewritten by ``make check``; a test keeps the committed one current): grep
+and static import readers cannot see that ``analysis/`` imports the harness, because the folders are
+imported under names that differ from their paths.
 """
 
 from __future__ import annotations
@@ -82,6 +87,71 @@ def imports(path: Path, module: str) -> list[tuple[int, str]]:
     return [(line, t) for line, t in out if t == "contextrender" or t.startswith("contextrender.")]
 
 
+def edges() -> dict[tuple[str, str], int]:
+    """(importer layer, imported layer) → number of imports, over every module (self-edges left out)."""
+    out: dict[tuple[str, str], int] = {}
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = module_name(path)
+            if module in REEXPORTS:
+                continue  # the package's public re-exports (lazy ones included) are not a dependency
+            src = layer_of(module)[0]
+            for _line, target in imports(path, module):
+                dst = layer_of(target)[0]
+                if dst and src and dst != src:
+                    out[(src, dst)] = out.get((src, dst), 0) + 1
+    return out
+
+
+#: Where each layer sits in the picture (x, y): entry points on top, the core at the bottom.
+POSITIONS = {"entry": (0.5, 4.0), "analysis": (0.2, 3.0), "harness": (0.2, 2.0), "service": (0.8, 2.0),
+             "policies": (0.5, 1.0), "core": (0.5, 0.0)}
+#: What each layer holds, under its name in the picture.
+LAYER_TEXT = {"entry": "cli, studies", "analysis": "analysis/  (contextrender.analysis)",
+              "harness": "experiments/  (contextrender.experiments)",
+              "service": "service, wrapper, adapters", "policies": "selector, plus, registry, baselines/",
+              "core": "graph, tfa, render, readiness, ..."}
+
+
+def draw(path: Path) -> None:
+    """The layers and the imports between them as an SVG, byte-identical for the same imports."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "contextrender-layers"  # stable element ids
+    found = edges()
+    fig, ax = plt.subplots(figsize=(7.5, 6.2))
+    ax.set_xlim(-0.1, 1.1)
+    ax.set_ylim(-0.6, 4.6)
+    for (src, dst), n in sorted(found.items()):
+        (x0, y0), (x1, y1) = POSITIONS[src], POSITIONS[dst]
+        # an edge that skips a level bends around the boxes between it, on its own side
+        side = 1.0 if (x0 + x1) / 2 <= 0.5 else -1.0
+        rad = 0.0 if y0 - y1 <= 1 else side * 0.3
+        a, b = (x0, y0 - 0.25), (x1, y1 + 0.25)
+        ax.annotate("", xy=b, xytext=a,
+                    arrowprops={"arrowstyle": "->", "color": "0.45", "lw": 0.8 + 0.15 * min(n, 20) ** 0.5,
+                                "connectionstyle": f"arc3,rad={rad}", "shrinkA": 2, "shrinkB": 2})
+        # the label at the curve's middle (arc3's control point, in display coordinates)
+        (px, py), (qx, qy) = ax.transData.transform([a, b])
+        mx, my = (px + qx) / 2 + 0.5 * rad * (qy - py), (py + qy) / 2 - 0.5 * rad * (qx - px)
+        lx, ly = ax.transData.inverted().transform((mx, my))
+        ax.text(lx, ly, str(n), fontsize=7, color="0.25", ha="center", va="center",
+                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none"})
+    for name, (x, y) in POSITIONS.items():
+        ax.text(x, y, f"{name}\n{LAYER_TEXT[name]}", ha="center", va="center", fontsize=8.5,
+                bbox={"boxstyle": "round,pad=0.4", "fc": "#eef3fb", "ec": "#4a6fa5"})
+    ax.axis("off")
+    ax.set_title("Imports between layers (arrows: importer → imported, with counts); "
+                 "scripts/check_layers.py", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+
+
 def check() -> list[str]:
     problems = []
     for folder in FOLDERS:
@@ -104,7 +174,13 @@ def check() -> list[str]:
     return problems
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--graph"] and len(args) == 2:
+        draw(ROOT / args[1])
+    elif args:
+        print("usage: check_layers.py [--graph PATH]", file=sys.stderr)
+        return 2
     problems = check()
     for p in problems:
         print(p)
