@@ -11,6 +11,12 @@ ContextRender (spec §5):
 - when the verbatim user/assistant messages alone exceed B,
   :func:`~contextrender.render.fit_verbatim` decides what gives.
 
+Every baseline and peer is a :class:`BasePolicy`: its :meth:`~BasePolicy.render`
+is the one skeleton (the budget refused if it is not a positive integer, the
+scope, the stored state, the full history while it fits B and nothing was
+changed yet), and the policy's own step, :meth:`~BasePolicy.compose`, ends in
+:func:`finish` — the budget check on the assembled prompt.
+
 Stateful baselines (summaries) keep their state only in graph artifacts,
 keyed by policy name and budget, so a reopened graph renders identically;
 :class:`SummaryPolicy` is the base of the three summary policies (Compact,
@@ -22,21 +28,24 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from contextrender.compaction import Compactor, ExtractiveCompactor
 from contextrender.events import Usage
 from contextrender.graph import Session
 from contextrender.render import (
+    Assembled,
     Rendered,
     Scope,
     Trim,
     assemble,
-    check_budget,
+    check_share,
     first_user,
     fit_verbatim,
+    fits,
     marker_text,
-    require_budget,
+    seal,
+    start_render,
     text_message_tokens,
 )
 
@@ -48,29 +57,27 @@ STATE_KIND = "baseline_state"
 
 
 def build(session: Session, scope: Scope, shown: Iterable[int], *, bodies: Mapping[int, str] | None = None,
-          inserts: Mapping[int, list[dict[str, Any]]] | None = None
-          ) -> tuple[list[dict[str, Any]], list[int | None], int]:
+          inserts: Mapping[int, list[dict[str, Any]]] | None = None) -> tuple[Assembled, int]:
     """Assemble the prompt and recount Tok(H_t) on the assembled messages.
 
     H_t is everything but the leading system messages and the current user
     message (told apart by the sources :func:`assemble` records); summary
     messages a policy inserts are history and are charged. Returns the
-    messages, their sources and Tok(H_t).
+    assembled prompt (messages and their sources) and Tok(H_t).
     """
-    msgs, sources = assemble(session, scope, set(shown), bodies, inserts or {})
+    assembled = assemble(session, scope, set(shown), bodies, inserts or {})
     outside = {*scope.system, scope.current}
-    history = [m for m, src in zip(msgs, sources, strict=True) if src is None or src not in outside]
-    return msgs, sources, session.counter.messages(history)
+    history = [m for m, src in zip(assembled.messages, assembled.sources, strict=True)
+               if src is None or src not in outside]
+    return assembled, session.counter.messages(history)
 
 
 def finish(name: str, session: Session, scope: Scope, budget: int, shown: Iterable[int], *,
            visible: Iterable[int], usage: Usage, bodies: Mapping[int, str] | None = None,
            inserts: Mapping[int, list[dict[str, Any]]] | None = None, budgeted: bool = True) -> Rendered:
-    """Assemble, recount, check the budget (spec §5 postcondition) and wrap."""
-    msgs, sources, tokens = build(session, scope, shown, bodies=bodies, inserts=inserts)
-    if budgeted:
-        check_budget(tokens, budget, name)
-    return Rendered(tuple(msgs), tokens, frozenset(visible), usage, tuple(sources))
+    """Assemble, recount and :func:`~contextrender.render.seal`: the budget check (spec §5 postcondition)."""
+    assembled, tokens = build(session, scope, shown, bodies=bodies, inserts=inserts)
+    return seal(name, budget, assembled, tokens, visible, usage, budgeted=budgeted)
 
 
 def full_history(name: str, session: Session, scope: Scope, budget: int, usage: Usage | None = None,
@@ -78,6 +85,68 @@ def full_history(name: str, session: Session, scope: Scope, budget: int, usage: 
     """The full history unchanged (every policy's shortcut when Tok(H_full) ≤ B)."""
     return finish(name, session, scope, budget, scope.history, visible=scope.history_results(session),
                   usage=usage or Usage(), budgeted=budgeted)
+
+
+# -- the render skeleton ------------------------------------------------------------
+
+#: What a policy reads from the graph before it renders (None for a stateless one).
+StateT = TypeVar("StateT")
+
+
+class BasePolicy(Generic[StateT]):
+    """The skeleton every baseline and peer renders with (a :class:`~contextrender.render.ContextPolicy`).
+
+    :meth:`render` is the template, the same for all of them:
+
+    1. the budget is refused unless it is a positive integer, and the scope is
+       taken (:func:`~contextrender.render.start_render`);
+    2. the policy's stored state is read (:meth:`prepare`);
+    3. while Tok(H_full) ≤ B and the state has changed nothing yet
+       (:meth:`pristine`), the full history is returned unchanged
+       (:func:`full_history`, spec §5 step 2) — unless the class turns the
+       shortcut off (:attr:`full_when_fits`);
+    4. otherwise the policy's own step, :meth:`compose`, which ends in
+       :func:`finish` (directly or through a helper built on it): the prompt is
+       assembled, Tok(H_t) recounted on it and checked against B.
+
+    A subclass sets ``name`` (in ``__init__``) and implements :meth:`compose`;
+    a stateful one also :meth:`prepare`, and :meth:`pristine` when its empty
+    state is not None (an empty set, say). A stateless one derives from
+    :class:`StatelessPolicy`.
+    """
+
+    name: str
+    budgeted: bool = True
+    #: Whether step 3 applies. Off for a policy whose own rule must see every render (Full history shows
+    #: everything anyway; ACON compresses large observations even while the history fits B).
+    full_when_fits: ClassVar[bool] = True
+
+    def render(self, session: Session, budget: int) -> Rendered:
+        """The history the model sees next, under ``budget`` (the steps in the class docstring)."""
+        scope = start_render(session, budget)
+        state = self.prepare(session, budget)
+        if self.full_when_fits and self.pristine(state) and fits(session, scope, budget):
+            return full_history(self.name, session, scope, budget, budgeted=self.budgeted)
+        return self.compose(session, scope, budget, state)
+
+    def prepare(self, session: Session, budget: int) -> StateT:
+        """The state the policy stored for ``budget`` (step 2)."""
+        raise NotImplementedError
+
+    def pristine(self, state: StateT) -> bool:
+        """Whether ``state`` has changed nothing yet, so the full history may stand in (default: it is None)."""
+        return state is None
+
+    def compose(self, session: Session, scope: Scope, budget: int, state: StateT) -> Rendered:
+        """The policy's own render (step 4); it must end in :func:`finish`, the budget check."""
+        raise NotImplementedError
+
+
+class StatelessPolicy(BasePolicy[None]):
+    """A :class:`BasePolicy` that stores nothing: every render depends only on the session and B."""
+
+    def prepare(self, session: Session, budget: int) -> None:
+        return None
 
 
 # -- selection helpers --------------------------------------------------------------
@@ -321,7 +390,14 @@ def window_layout(session: Session, scope: Scope, window: Sequence[int], room: i
 # -- the summary-policy base ---------------------------------------------------------
 
 
-class SummaryPolicy:
+class Stored(NamedTuple):
+    """A summary policy's state at a budget: its artifact key and what its summary covers (None: none yet)."""
+
+    key: str
+    covered: Covered | None
+
+
+class SummaryPolicy(BasePolicy[Stored]):
     """Base of the summary policies: Compact, Recency + Summary and ACON (spec §6).
 
     A summary policy shows part of the history as one user-role summary
@@ -345,25 +421,23 @@ class SummaryPolicy:
     - **budget fitting**: the summary message, label included, is at most a
       given number of tokens (:meth:`summary`; :meth:`body_cap` is what is
       left for the compaction model's text) and is charged to B;
-    - the full-history shortcut (:meth:`shortcut`) and the final assembly and
-      budget check (:meth:`emit`).
+    - the full-history shortcut (:class:`BasePolicy`: until the first summary,
+      :meth:`prepare` and :meth:`pristine`) and the final assembly and budget
+      check (:meth:`emit`).
 
-    A subclass sets :attr:`label`, decides when to compact, what to cover and
-    how to show the rest, and may override :meth:`parse` (what is kept of the
-    model's output) and :meth:`key_parts`.
+    A subclass sets :attr:`label`, implements :meth:`~BasePolicy.compose` —
+    when to compact, what to cover and how to show the rest — and may
+    override :meth:`parse` (what is kept of the model's output) and
+    :meth:`key_parts`.
     """
 
-    budgeted = True
     #: First line of the summary message: says what the text is and what it replaces.
     label: ClassVar[str] = "[Summary]"
     #: Whether ``summary_share`` may be 1 (it may not when the rest of B must hold a window).
     share_may_be_one: ClassVar[bool] = True
 
     def __init__(self, *, compactor: Compactor | None, summary_share: float, name: str) -> None:
-        ok = 0.0 < summary_share <= 1.0 if self.share_may_be_one else 0.0 < summary_share < 1.0
-        if not ok:
-            raise ValueError(f"summary_share must be in (0, 1{']' if self.share_may_be_one else ')'}, "
-                             f"got {summary_share}")
+        check_share("summary_share", summary_share, allow_zero=False, allow_one=self.share_may_be_one)
         self.name = name
         self.compactor = default_compactor(compactor)
         self.summary_share = summary_share
@@ -379,19 +453,13 @@ class SummaryPolicy:
         key = state_key(self.name, budget, self.compactor.name, *self.key_parts())
         return key, load_covered(session, key)
 
-    def start(self, session: Session, budget: int) -> tuple[Scope, str, Covered | None, Rendered | None]:
-        """What every render begins with: the budget checked, the scope, the state key and stored state,
-        and the full history when it still applies (:meth:`shortcut`; None otherwise)."""
-        require_budget(budget)
-        scope = Scope.of(session)
-        key, state = self.load(session, budget)
-        return scope, key, state, self.shortcut(session, scope, budget, state)
+    def prepare(self, session: Session, budget: int) -> Stored:
+        """The state key and the stored state (:meth:`load`)."""
+        return Stored(*self.load(session, budget))
 
-    def shortcut(self, session: Session, scope: Scope, budget: int, state: Covered | None) -> Rendered | None:
-        """The full history unchanged while it fits B and nothing has been summarised yet; else None."""
-        if state is None and scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
-        return None
+    def pristine(self, state: Stored) -> bool:
+        """Nothing has been summarised yet: the full history stands in while it fits B."""
+        return state.covered is None
 
     # -- the summary message ---------------------------------------------------------------
 

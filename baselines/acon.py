@@ -60,6 +60,7 @@ from typing import Any
 
 from contextrender.baselines._common import (
     Covered,
+    Stored,
     SummaryPolicy,
     cap_text,
     compact,
@@ -71,7 +72,7 @@ from contextrender.baselines._common import (
 from contextrender.compaction import Compactor, fill
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, require_budget
+from contextrender.render import Rendered, Scope, check_positive, check_share
 
 DEFAULT_GUIDELINE_PATH = Path(__file__).with_name("acon_guideline.md")
 
@@ -192,6 +193,9 @@ class Acon(SummaryPolicy):
     """History compression past a threshold, observation compression past another, within B."""
 
     label = SUMMARY_LABEL
+    # ACON's own triggers are its thresholds, below B: an observation above the observation threshold is
+    # compressed even while the whole history fits B.
+    full_when_fits = False
 
     def __init__(self, *, compactor: Compactor | None = None, history_threshold: int = AUTO,
                  observation_threshold: int = AUTO, keep_last_turns: int = 1, summary_share: float = 0.5,
@@ -204,11 +208,9 @@ class Acon(SummaryPolicy):
             observation_threshold = APPWORLD_THRESHOLDS[1]
         if history_threshold < 0 or observation_threshold < 0:
             raise ValueError("thresholds must be positive (0 = ACON's value for the benchmark)")
-        if keep_last_turns < 0:
-            raise ValueError("keep_last_turns must be ≥ 0")
+        check_positive("keep_last_turns", keep_last_turns, allow_zero=True)
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
-        if not 0.0 < observation_ratio <= 1.0:
-            raise ValueError(f"observation_ratio must be in (0, 1], got {observation_ratio}")
+        check_share("observation_ratio", observation_ratio, allow_zero=False)
         self.history_threshold = history_threshold
         self.observation_threshold = observation_threshold
         self.keep_last_turns = keep_last_turns
@@ -230,12 +232,11 @@ class Acon(SummaryPolicy):
         """The text after the "History Summary" heading (ACON's output format), within the cap."""
         return cap_text(session, parse_history_summary(output), cap)
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
+    def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
+        """Compress large observations, then the history past its threshold (module docstring)."""
         t_hist = min(self.history_threshold, budget)  # spec §6: same B for every method
         t_obs = min(self.observation_threshold, budget)
-        key, state = self.load(session, budget)
+        key, state = stored
         obs, usage = self._observations(session, uncovered(scope, state), t_obs, budget)
         return self.compress_window(session, scope, budget, key, state, threshold=t_hist,
                                     max_tokens=int(self.summary_share * t_hist),

@@ -32,11 +32,11 @@ Behaviour, modelled on the auto-compaction of coding agents:
 
 from __future__ import annotations
 
-from contextrender.baselines._common import SummaryPolicy
+from contextrender.baselines._common import Stored, SummaryPolicy
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered
+from contextrender.render import Rendered, Scope
 
 SUMMARY_LABEL = ("[Summary of the earlier history of this task, written by the compaction model. "
                  "The messages and tool results it summarises are no longer shown.]")
@@ -51,10 +51,9 @@ class Compact(SummaryPolicy):
                  name: str = "compact") -> None:
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        scope, key, state, full = self.start(session, budget)
-        if full is not None:
-            return full
+    def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
+        """Summary plus what it does not cover; everything is compacted once that exceeds B."""
+        key, state = stored
         # spec §6: when summary + uncovered history exceed B, all of it is compacted (cover to the end).
         end = len(session)
         return self.compress_window(session, scope, budget, key, state, threshold=budget,

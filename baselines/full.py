@@ -8,19 +8,20 @@ the common scope so renders above B can be counted.
 
 from __future__ import annotations
 
-from contextrender.baselines._common import full_history
+from contextrender.baselines._common import StatelessPolicy, full_history
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, require_budget
+from contextrender.render import Rendered, Scope
 
 
-class FullHistory:
+class FullHistory(StatelessPolicy):
     """Pass the whole history; never checks the budget."""
 
     budgeted = False
+    full_when_fits = False  # the whole history is the render whether it fits or not: no test needed
 
     def __init__(self, *, name: str = "full") -> None:
         self.name = name
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        return full_history(self.name, session, Scope.of(session), budget, budgeted=False)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """Every message, unchanged."""
+        return full_history(self.name, session, scope, budget, budgeted=False)

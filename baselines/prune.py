@@ -12,25 +12,20 @@
 
 from __future__ import annotations
 
-from contextrender.baselines._common import fill, finish, full_history, selection_bodies, trim_candidates
+from contextrender.baselines._common import StatelessPolicy, fill, finish, selection_bodies, trim_candidates
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, fit_verbatim, require_budget
+from contextrender.render import Rendered, Scope, fit_verbatim
 
 
-class Prune:
+class Prune(StatelessPolicy):
     """Newest-first greedy over complete results, skip-and-continue."""
-
-    budgeted = True
 
     def __init__(self, *, name: str = "prune") -> None:
         self.name = name
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        if scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """Steps 2–3 of the module docstring (step 1 is the template's shortcut)."""
         trim = fit_verbatim(session, scope, budget)
         newest_first = list(reversed(trim_candidates(session, trim)))
         chosen, _ = fill(session, newest_first, trim.base_tokens, budget)

@@ -28,11 +28,11 @@ tokens of the render that updated the summary.
 
 from __future__ import annotations
 
-from contextrender.baselines._common import Covered, SummaryPolicy, delta, selection_bodies
+from contextrender.baselines._common import Covered, Stored, SummaryPolicy, delta, selection_bodies
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, fit_verbatim
+from contextrender.render import Rendered, Scope, fit_verbatim
 
 SUMMARY_LABEL = ("[Summary of older tool results, written by the compaction model. Their full text was "
                  "evicted to fit the context budget; their calls remain below, marked as omitted.]")
@@ -48,11 +48,9 @@ class RecencySummary(SummaryPolicy):
                  name: str = "recency_summary") -> None:
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        scope, key, state, full = self.start(session, budget)  # here ``upto`` is the eviction boundary over result seqs
-        if full is not None:
-            return full
-
+    def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
+        """Steps 1–4 of the module docstring."""
+        key, state = stored  # here ``upto`` is the eviction boundary over result seqs
         usage = Usage()
         trim = fit_verbatim(session, scope, budget)
         reserve = min(int(self.summary_share * budget), budget - trim.base_tokens)

@@ -29,34 +29,25 @@ from typing import Any
 
 import numpy as np
 
-from contextrender.baselines._common import fill, finish, full_history, selection_bodies, trim_candidates
+from contextrender.baselines._common import StatelessPolicy, fill, finish, selection_bodies, trim_candidates
 from contextrender.embed import LazyEmbedder, checked_output
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, fit_verbatim, focus_text, require_budget
+from contextrender.render import Rendered, Scope, check_int, check_share, fit_verbatim, focus_text
 
 
-class SemanticRetrieval(LazyEmbedder):
+class SemanticRetrieval(LazyEmbedder, StatelessPolicy):
     """Recency quota (60% of B over the last 3 turns), then cosine ranking."""
-
-    budgeted = True
 
     def __init__(self, *, embedder: Any = None, recent_turns: int = 3, recent_share: float = 0.6,
                  name: str = "semantic_retrieval") -> None:
-        if isinstance(recent_turns, bool) or not isinstance(recent_turns, int) or recent_turns < 0:
-            raise ValueError(f"recent_turns must be an integer ≥ 0, got {recent_turns!r}")
-        if not 0.0 <= recent_share <= 1.0:
-            raise ValueError(f"recent_share must be in [0, 1], got {recent_share}")
         self.name = name
         self._embedder = embedder
-        self.recent_turns = recent_turns
-        self.recent_share = recent_share
+        self.recent_turns = check_int("recent_turns", recent_turns)
+        self.recent_share = check_share("recent_share", recent_share)
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        if scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """Steps 1–3 of the module docstring (the full history before them is the template's shortcut)."""
         trim = fit_verbatim(session, scope, budget)
         cands = trim_candidates(session, trim)
         usage = Usage()

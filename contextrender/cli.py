@@ -225,6 +225,7 @@ def _find_session(graph: Any, name: str, path: str) -> str:
 
 def _export(args: argparse.Namespace) -> int:
     from contextrender.graph import ContextGraph
+    from contextrender.trace_line import trace_line_text
 
     path = args.graph or _graph_default()
     if not Path(path).is_file():
@@ -237,7 +238,7 @@ def _export(args: argparse.Namespace) -> int:
             print(f"contextrender export: {e}", file=sys.stderr)
             return 2
         session = graph.session(sid)
-        line = json.dumps({"task_id": sid, "messages": session.openai_messages()}, ensure_ascii=False)
+        line = trace_line_text(sid, session.openai_messages())
     if args.out:
         with open_private(args.out, "a") as f:  # a transcript: owner-only, like the graph
             f.write(line + "\n")
@@ -273,7 +274,8 @@ def _explain(args: argparse.Namespace) -> int:
         policy = build_policy(method_config(args.method), embedder=embedder, compactor=_compactor("extractive"))
         others = {m: build_policy(method_config(m), embedder=embedder, compactor=_compactor("extractive"))
                   for m in args.compare}
-        if not callable(getattr(policy, "select", None)):
+        select = getattr(policy, "select", None)  # only the ContextRender family has per-result scores
+        if not callable(select):
             raise ValueError(f"method {args.method!r} has no per-result scores (use a ContextRender-family method)")
         graph = ContextGraph.snapshot(path)
     except (ValueError, OverrideError, GraphError, ImportError) as e:
@@ -286,7 +288,7 @@ def _explain(args: argparse.Namespace) -> int:
             print(f"contextrender explain: {e}", file=sys.stderr)
             return 2
         session = graph.session(sid)
-        sel = policy.select(session, args.budget)
+        sel = select(session, args.budget)
         compare = {m: p.render(session, args.budget) for m, p in others.items()}
         full = Scope.of(session).full_tokens(session)
         sys.stdout.write(f"session {sid}: next invocation t = {session.next_invocation}, "
@@ -381,12 +383,9 @@ def _replay(args: argparse.Namespace) -> int:
         found = check_replay_args(traces, args.budget, args.methods, trace_format=trace_format,
                                   strict=not args.lenient)
         if not args.lenient:
-            for r in found.readers:  # the replay below reads the files again and says what it left out
-                r.quiet = True
-            for _ in found:  # a bad record fails now, not after the records before it
-                pass
+            found.load()  # a bad record fails now, not after the records before it; the replay reads no file again
         embedder = _embedder(args.embedding)  # a missing extra: ImportError, reported below
-        result = replay_traces(traces, args.budget, args.methods, embedder=embedder,
+        result = replay_traces(found, args.budget, args.methods, embedder=embedder,
                                compactor=make_compactor(args.compactor), strict=not args.lenient,
                                progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark,
                                ceiling=not args.no_ceiling)

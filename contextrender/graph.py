@@ -107,6 +107,11 @@ def attempt_of(session_id: str) -> tuple[str, int] | None:
     return (key, int(n)) if sep and n.isascii() and n.isdigit() else None
 
 
+def session_of(key: str, attempt: int) -> str:
+    """The session id of ``key``'s ``attempt``-th episode, ``<key>#<attempt>``: what :func:`attempt_of` reads."""
+    return f"{key}#{attempt}"
+
+
 def _digest(msg: Message) -> str:
     return hashlib.sha256(json.dumps(msg.to_openai(), sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
@@ -653,4 +658,4 @@ class Session:
 
 
 __all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "ToolReuse", "OMISSION_MARKER",
-           "attempt_of"]
+           "attempt_of", "session_of"]

@@ -11,16 +11,17 @@ the result's tokens, so a policy can keep the ids of many results when only a fe
     items.product_id: 1656367028, 4896585277
     payment_history.payment_method_id: credit_card_9513926
 
-For a JSON result: every scalar leaf that a call could need (:data:`~contextrender.readiness.MIN_CHARS`
-characters or more: a number so written, a string without whitespace, or a short phrase of up to
-:data:`PHRASE_CHARS` characters such as an address line), each once, under its key path (list
-positions dropped; a key that is not a name — an id used as a dict key, say — becomes ``*`` and is
-listed as a value itself). A longer text leaf contributes only its identifiers (Tool-Flow Analysis'
-qualifying values, spec §3). For any other text: those identifiers, in order of first occurrence.
-What it drops: booleans and nulls, values shorter than a call could need, the wording of prose, and
-which values sat in the same record. It is not the original, so a result shown so is never a
-*visible* result for recall (spec §7); whole-token matching still finds each value in it, so call
-readiness counts it.
+For a JSON result: every scalar leaf that a call could need — every number (a call that writes 35 as
+35.0 needs it), a string of :data:`~contextrender.readiness.MIN_CHARS` characters or more without
+whitespace, or a short phrase of up to :data:`PHRASE_CHARS` characters such as an address line — each
+once under its key path (list positions dropped; a key that is not a name, such as an id used as a dict
+key, or any key of a dict of two or more records, becomes ``*`` and is listed as a value itself). A longer
+text leaf, and any text that is not JSON, contributes its quoted strings, its numbers and its identifiers
+(Tool-Flow Analysis' qualifying values, docs/method.md §3), those with a digit first. At most
+:data:`MAX_VALUES` values per key. What it drops: booleans and nulls, short strings, the wording of
+prose, and which values sat in the same record. It is not the original, so a result shown so is never a
+*visible* result for recall (docs/method.md §7); whole-token matching still finds each value in it, so
+call readiness counts it.
 """
 
 from __future__ import annotations
@@ -58,9 +59,12 @@ def _text_values(text: str) -> list[str]:
         v = m.group(1) if m.group(1) is not None else m.group(2)
         if len(v) >= MIN_CHARS and (not any(c.isspace() for c in v) or len(v) <= PHRASE_CHARS):
             found.append((m.start(), v))
-    found += [(m.start(), m.group()) for m in _NUMBER.finditer(text) if len(m.group()) >= MIN_CHARS]
+    found += [(m.start(), m.group()) for m in _NUMBER.finditer(text)]  # any number: 35 shows a call's 35.0
     found += [(text.find(v), v) for v in extract_values(text)]
-    return list(dict.fromkeys(v for _, v in sorted(found)))
+    # values with a digit first (numbers, codes, dates), then the rest: when a long text has more values than
+    # one key lists (MAX_VALUES), the words go first
+    ordered = sorted(found, key=lambda p: (not any(c.isdigit() for c in p[1]), p[0]))
+    return list(dict.fromkeys(v for _, v in ordered))
 
 
 def _leaf(v: Any) -> list[str]:
@@ -70,8 +74,7 @@ def _leaf(v: Any) -> list[str]:
     if isinstance(v, (int, float)):
         if isinstance(v, float) and not math.isfinite(v):
             return []
-        s = json.dumps(v)
-        return [s] if len(s) >= MIN_CHARS else []
+        return [json.dumps(v)]  # any number: a call may write 35 as 35.0, which compares equal
     s = str(v)
     if len(s) < MIN_CHARS:
         return []
@@ -86,9 +89,11 @@ def _walk(v: Any, path: tuple[str, ...], out: dict[tuple[str, ...], list[str]], 
         return set()
     seen: set[str] = set()
     if isinstance(v, dict):
+        # a dict of two or more records is keyed by ids (booking001, booking_901, ...), whatever they look like
+        records = len(v) >= 2 and all(isinstance(x, dict) for x in v.values())
         for k, x in v.items():
             key = str(k)
-            if _NAME.fullmatch(key):
+            if _NAME.fullmatch(key) and not records:
                 seen |= _walk(x, (*path, key), out, depth + 1)
             else:  # an id (or any non-name) used as a key: a wildcard in the path, and a value itself
                 # unless the record it keys repeats it (a product's variants keyed by their item_id)

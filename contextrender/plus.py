@@ -293,8 +293,9 @@ class ContextRenderPlus(ContextRender):
             to_ids_dc = ids - st.marker_cost
             to_ids_dv = beta * g
             open_ = st.cand & (form < 2)
-            f_ok = open_ & ~no_full & (current + to_full_dc <= budget)
             i_ok = open_ & (form == 0) & has_ids & (current + to_ids_dc <= budget)
+            # an oversized result's compacted form only when its id form does not fit (it keeps fewer values)
+            f_ok = open_ & ~(no_full & (i_ok | (form == 1))) & (current + to_full_dc <= budget)
             if not (f_ok.any() or i_ok.any()):
                 break
             in_floor = False

@@ -33,6 +33,8 @@ try:
 except ImportError as e:  # pragma: no cover - the light install
     raise ImportError("building policies by name needs Hydra: pip install 'contextrender[service]'") from e
 
+from contextrender.render import ContextPolicy
+
 #: The Hydra config folder (the checkout's ``conf/``, shipped as package data ``contextrender.conf``).
 CONF_DIR = Path(str(importlib.resources.files("contextrender.conf")))
 
@@ -169,8 +171,13 @@ def method_config(name: str, overrides: Mapping[str, Any] | None = None, *, labe
     return cfg
 
 
-def build_policy(method_cfg: DictConfig | dict[str, Any], *, embedder: Any = None, compactor: Any = None) -> Any:
-    """Instantiate a policy, passing ``embedder``/``compactor`` only to constructors that accept them."""
+def build_policy(method_cfg: DictConfig | dict[str, Any], *, embedder: Any = None,
+                 compactor: Any = None) -> ContextPolicy:
+    """Instantiate a policy, passing ``embedder``/``compactor`` only to constructors that accept them.
+
+    Every ``_target_`` of ``conf/method`` builds a :class:`~contextrender.render.ContextPolicy`; a caller
+    that needs more than the protocol (ContextRender's ``select``) narrows the type itself.
+    """
     cfg = OmegaConf.create(method_cfg) if isinstance(method_cfg, dict) else method_cfg
     params = inspect.signature(get_class(cfg._target_)).parameters
     runtime = {k: v for k, v in (("embedder", embedder), ("compactor", compactor))

@@ -6,13 +6,22 @@ the same for all policies (spec §1, §A.4): the leading system prompt and the
 current user message are outside B; everything else (the history H_t) is
 charged to B with the one :class:`~contextrender.tokens.TokenCounter`.
 :func:`check_budget` is the single budget check; a render above B raises.
+
+Every render has the same two ends: :func:`start_render` (the budget
+refused if it is not a positive integer, then the :class:`Scope`) and
+:func:`seal` (the budget check on what was assembled, then the
+:class:`Rendered`); :func:`fits` is the test of the full-history shortcut
+(spec §5 step 2). The baselines' template (``baselines/_common.py``) and
+ContextRender (``selector.py``) both use them. :func:`check_int`,
+:func:`check_share` and :func:`check_positive` are the argument checks of the
+policies' constructors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -73,6 +82,43 @@ def check_budget(tokens: int, budget: int, policy: str) -> None:
     """The one budget check (spec §5 postcondition: Tok(H_t) ≤ B)."""
     if tokens > budget:
         raise BudgetExceeded(f"{policy} rendered {tokens} history tokens, budget is {budget}")
+
+
+# -- constructor argument checks ---------------------------------------------------
+# The messages name the argument and echo its value: they reach users through config files and overrides.
+
+
+def check_int(name: str, value: Any, *, minimum: int = 0) -> int:
+    """Refuse ``value`` unless it is an ``int`` (a bool is not) of at least ``minimum``; return it.
+
+    The message says "an integer ≥ {minimum}", or "a positive integer" when
+    ``minimum`` is 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        need = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+        raise ValueError(f"{name} must be {need}, got {value!r}")
+    return value
+
+
+def check_share(name: str, value: float, *, allow_zero: bool = True, allow_one: bool = True) -> float:
+    """Refuse a share outside [0, 1] — outside (0, 1] without ``allow_zero``, [0, 1) without ``allow_one`` —
+    and return it. NaN is refused too (every comparison with it is false)."""
+    above = 0.0 <= value if allow_zero else 0.0 < value
+    below = value <= 1.0 if allow_one else value < 1.0
+    if not (above and below):
+        bounds = f"{'[' if allow_zero else '('}0, 1{']' if allow_one else ')'}"
+        raise ValueError(f"{name} must be in {bounds}, got {value}")
+    return value
+
+
+_Number = TypeVar("_Number", int, float)
+
+
+def check_positive(name: str, value: _Number, *, allow_zero: bool = False) -> _Number:
+    """Refuse ``value`` unless it is > 0 (≥ 0 with ``allow_zero``); return it. Any number type is accepted."""
+    if (value < 0) if allow_zero else (value <= 0):
+        raise ValueError(f"{name} must be {'≥ 0' if allow_zero else 'positive'}, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -210,6 +256,39 @@ def assemble(session: Session, scope: Scope, shown: Iterable[int],
         out.append(msg)
         sources.append(seq)
     return Assembled(out, sources)
+
+
+# -- the two ends of every render --------------------------------------------------
+
+
+def start_render(session: Session, budget: Any) -> Scope:
+    """The preamble of every render: refuse a budget that is not a positive integer, then the budget scope.
+
+    The budget is checked before the session is read, so a bad one fails the
+    same way for every policy whatever the history holds. ``budget`` itself
+    is left as the caller passed it (a NumPy integer stays one).
+    """
+    require_budget(budget)
+    return Scope.of(session)
+
+
+def fits(session: Session, scope: Scope, budget: int) -> bool:
+    """Whether Tok(H_full) ≤ B: the test of the full-history shortcut (spec §5 step 2)."""
+    return scope.full_tokens(session) <= budget
+
+
+def seal(name: str, budget: int, assembled: Assembled, tokens: int, visible: Iterable[int], usage: Usage, *,
+         budgeted: bool = True) -> Rendered:
+    """The end of every render: the budget check on what was assembled, then the :class:`Rendered`.
+
+    ``tokens`` is Tok(H_t) counted on the assembled history (each policy
+    counts it its own way, never from a running total); :func:`check_budget`
+    raises if it exceeds B unless the policy is not ``budgeted`` (Full
+    history). ``visible``: the seqs of the results shown in full.
+    """
+    if budgeted:
+        check_budget(tokens, budget, name)
+    return Rendered(tuple(assembled.messages), tokens, frozenset(visible), usage, tuple(assembled.sources))
 
 
 def marker_text(session: Session, seq: int) -> str:

@@ -39,12 +39,14 @@ from contextrender.render import (
     Scope,
     Trim,
     assemble,
-    check_budget,
+    check_share,
     first_user,
     fit_verbatim,
+    fits,
     focus_text,
     marker_text,
-    require_budget,
+    seal,
+    start_render,
     text_message_tokens,
 )
 from contextrender.scoring import ScoringParams, Weights, matvec, query_vector, relevance, usefulness
@@ -268,9 +270,7 @@ class ContextRender(LazyEmbedder):
         self._embedder = embedder
         self.compactor = compactor
         # Project choice (spec silent): a compacted oversized result may use at most this share of B.
-        if not 0.0 < oversized_share <= 1.0:
-            raise ValueError(f"oversized_share must be in (0, 1], got {oversized_share}")
-        self.oversized_share = oversized_share
+        self.oversized_share = check_share("oversized_share", oversized_share, allow_zero=False)
         self.terms = tuple(terms)
         self.chooser: Chooser = chooser or paper_greedy
         self.filler = filler
@@ -309,7 +309,6 @@ class ContextRender(LazyEmbedder):
             The :class:`Selection`: the render, the scores (when ``explain``), whether the full
             history fit.
         """
-        require_budget(budget)
         with _span(profile, "score"):
             st = self._stage(session, budget, profile)
         if isinstance(st, Selection):
@@ -323,9 +322,9 @@ class ContextRender(LazyEmbedder):
                                 markers, explain, profile)
 
     def _stage(self, session: Session, budget: int, profile: Profile | None) -> Stage | Selection:
-        """Steps 1–3 and 5: scores, candidates and costs — or the full history when it fits."""
+        """The shared preamble (``start_render``), then steps 1–3 and 5 — or the full history when it fits."""
         p = self.params
-        scope = Scope.of(session)
+        scope = start_render(session, budget)
         results = scope.history_results(session)
         usage = Usage()
         # spec §2: every result's embedding is computed once, when it first reaches the selector.
@@ -333,10 +332,11 @@ class ContextRender(LazyEmbedder):
             embs, u = session.result_embeddings(self.embedder, results)
         usage += u
 
-        full = scope.full_tokens(session)
-        if full <= budget:  # spec §5 step 2: the full history, unchanged
+        if fits(session, scope, budget):  # spec §5 step 2: the full history, unchanged
+            # Nothing was replaced, so Tok(H_t) is the stored Tok(H_full) the test compared with B: no recount.
             msgs, sources = assemble(session, scope, scope.history)
-            return Selection(Rendered(tuple(msgs), full, frozenset(results), usage, tuple(sources)), (), True, budget)
+            rendered = Rendered(tuple(msgs), scope.full_tokens(session), frozenset(results), usage, tuple(sources))
+            return Selection(rendered, (), True, budget)
 
         arrays = session.result_arrays()
         n = len(results)
@@ -428,18 +428,16 @@ class ContextRender(LazyEmbedder):
 
     def _finish(self, session: Session, budget: int, st: Stage, choice: Choice, bodies: dict[int, str],
                 forms: dict[int, str], markers: set[int], explain: bool, profile: Profile | None = None) -> Selection:
-        """Step 6: chronological assembly, the budget check on what was assembled, explanations."""
-        chosen = choice.chosen
+        """Step 6: chronological assembly, the budget check on what was assembled
+        (:func:`~contextrender.render.seal`, as every policy ends), explanations."""
         with _span(profile, "assemble"):
-            msgs, sources = assemble(session, st.scope, st.trim.kept, bodies)
+            assembled = assemble(session, st.scope, st.trim.kept, bodies)
         with _span(profile, "history_tokens"):
             tokens = _history_tokens(session, st.trim.kept, bodies, markers)
+        full_shown = choice.chosen.copy()
+        full_shown[list(st.compacted)] = False  # a compacted form is not the result's full text
         with _span(profile, "check"):
-            check_budget(tokens, budget, self.name)
-        full_shown = chosen.copy()
-        full_shown[list(st.compacted)] = False
-        visible = frozenset(st.arrays.seqs[full_shown].tolist())
-        rendered = Rendered(tuple(msgs), tokens, visible, st.usage, tuple(sources))
+            rendered = seal(self.name, budget, assembled, tokens, st.arrays.seqs[full_shown].tolist(), st.usage)
         scores = self._explain(session, st, choice, forms) if explain else ()
         return Selection(rendered, scores, False, budget)
 

@@ -13,7 +13,7 @@ from typing import Any
 from contextrender.baselines._common import STATE_KIND, finish, state_key
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, first_user, fit_verbatim, text_message_tokens
+from contextrender.render import Rendered, Scope, check_positive, first_user, fit_verbatim, text_message_tokens
 
 #: Reference context window (tokens) for the budget-scaled form of a peer's token sizes: a size
 #: s shipped in tokens becomes s·B/REFERENCE_CONTEXT, a share f of the window becomes f·B.
@@ -27,8 +27,7 @@ Placeholder = Callable[[Session, int], str]
 
 def scaled(tokens: float, budget: int, *, reference_context: int, scale_to_budget: bool) -> int:
     """A shipped token size in this harness: ``tokens``·B/``reference_context`` if scaled, else as shipped."""
-    if reference_context <= 0:
-        raise ValueError(f"reference_context must be positive, got {reference_context}")
+    check_positive("reference_context", reference_context)
     return int(tokens * budget / reference_context) if scale_to_budget else int(tokens)
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contextrender.baselines._common import full_history
+from contextrender.baselines._common import StatelessPolicy
 from contextrender.baselines.peers._shared import render_layout
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, require_budget, text_message_tokens
+from contextrender.render import Rendered, Scope, check_int, text_message_tokens
 
 #: LangChain's placeholder for a cleared tool output (``DEFAULT_TOOL_PLACEHOLDER``).
 CLEARED = "[cleared]"
 
 
-class ClearToolUses:
+class ClearToolUses(StatelessPolicy):
     """Anthropic ``clear_tool_uses_20250919`` / LangChain ``ClearToolUsesEdit``: clear the oldest tool results.
 
     Upstream: Anthropic's context-editing API (server side, applied to each request) and
@@ -36,16 +36,11 @@ class ClearToolUses:
     turns (package docstring).
     """
 
-    budgeted = True
-
     def __init__(self, *, keep: int = 3, clear_at_least: int = 0, exclude_tools: Sequence[str] = (),
                  name: str = "clear_tool_uses") -> None:
-        for key, value in (("keep", keep), ("clear_at_least", clear_at_least)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} must be an integer ≥ 0, got {value!r}")
         self.name = name
-        self.keep = keep
-        self.clear_at_least = clear_at_least
+        self.keep = check_int("keep", keep)
+        self.clear_at_least = check_int("clear_at_least", clear_at_least)
         self.exclude_tools = frozenset(exclude_tools)
 
     @staticmethod
@@ -79,11 +74,8 @@ class ClearToolUses:
                 break
         return cleared
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        if scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """The upstream rule's cleared results, then the shared fallback."""
         bodies = {s: CLEARED for s in self.to_clear(session)}
         return render_layout(self.name, session, scope, budget, scope.history, bodies=bodies,
                              placeholder=self.placeholder)

@@ -12,12 +12,13 @@ fallback of the package docstring enforces B instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from contextrender.baselines._common import full_history
+from contextrender.baselines._common import BasePolicy
 from contextrender.baselines.peers._shared import layout_tokens, load_state, paired, render_layout, save_state
 from contextrender.events import SYSTEM_ROLES
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, marker_text, require_budget
+from contextrender.render import Rendered, Scope, check_int, check_share, marker_text
 
 #: inspect's placeholder for a cleared tool result (``TOOL_RESULT_REMOVED`` in ``edit.py``).
 TOOL_RESULT_REMOVED = "(Tool result removed)"
@@ -26,7 +27,7 @@ TOOL_RESULT_REMOVED = "(Tool result removed)"
 MAX_ITERATIONS = 3
 
 
-class InspectEdit:
+class InspectEdit(BasePolicy[set[int]]):
     """inspect_ai ``CompactionEdit``: clear old tool results, keep the newest ``keep_tool_uses``.
 
     Upstream (``edit.py``): every client tool use — a tool call with its tool message after
@@ -44,14 +45,10 @@ class InspectEdit:
     raises); the shared fallback applies instead (package docstring), for this render only.
     """
 
-    budgeted = True
-
     def __init__(self, *, keep_tool_uses: int = 3, exclude_tools: Sequence[str] = (),
                  name: str = "inspect_edit") -> None:
-        if isinstance(keep_tool_uses, bool) or not isinstance(keep_tool_uses, int) or keep_tool_uses < 0:
-            raise ValueError(f"keep_tool_uses must be an integer ≥ 0, got {keep_tool_uses!r}")
         self.name = name
-        self.keep_tool_uses = keep_tool_uses
+        self.keep_tool_uses = check_int("keep_tool_uses", keep_tool_uses)
         self.exclude_tools = frozenset(exclude_tools)
 
     @staticmethod
@@ -78,13 +75,17 @@ class InspectEdit:
             return uses
         return uses[: -self.keep_tool_uses] if len(uses) > self.keep_tool_uses else []
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
+    def prepare(self, session: Session, budget: int) -> set[int]:
+        """The results cleared so far."""
         state = load_state(session, self.name, budget)
-        cleared = set(state["cleared"]) if state else set()
-        if not cleared and scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+        return set(state["cleared"]) if state else set()
+
+    def pristine(self, state: set[int]) -> bool:
+        """Nothing cleared yet."""
+        return not state
+
+    def compose(self, session: Session, scope: Scope, budget: int, cleared: set[int]) -> Rendered:
+        """Clear again once the compacted history exceeds B, then the shared fallback."""
         bodies = {s: TOOL_RESULT_REMOVED for s in cleared}
         if layout_tokens(session, scope.history, bodies) > budget:
             new = cleared | set(self.to_clear(session))
@@ -96,7 +97,7 @@ class InspectEdit:
                              placeholder=self.placeholder)
 
 
-class InspectTrim:
+class InspectTrim(BasePolicy[dict[str, Any] | None]):
     """inspect_ai ``CompactionTrim``: keep the system and input messages and the newest ``preserve`` share.
 
     Upstream (``trim.py`` → ``_trim.py`` ``trim_messages``): all system messages are kept;
@@ -116,13 +117,9 @@ class InspectTrim:
     turns; package docstring), for this render only.
     """
 
-    budgeted = True
-
     def __init__(self, *, preserve: float = 0.8, name: str = "inspect_trim") -> None:
-        if not 0.0 <= preserve <= 1.0:
-            raise ValueError(f"preserve must be in [0, 1], got {preserve}")
         self.name = name
-        self.preserve = preserve
+        self.preserve = check_share("preserve", preserve)
 
     @staticmethod
     def partition(session: Session, scope: Scope) -> tuple[list[int], list[int], list[int]]:
@@ -142,12 +139,12 @@ class InspectTrim:
         shown = paired(session, [*system, *inputs, *(s for s in conversation if s not in dropped)])
         return [s for s in shown if s != scope.current]
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        state = load_state(session, self.name, budget)
-        if state is None and scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def prepare(self, session: Session, budget: int) -> dict[str, Any] | None:
+        """Where the kept conversation starts, what a trim dropped and when it last ran (None: never)."""
+        return load_state(session, self.name, budget)
+
+    def compose(self, session: Session, scope: Scope, budget: int, state: dict[str, Any] | None) -> Rendered:
+        """The stored trim, trimmed again (up to four times) once it exceeds B, then the shared fallback."""
         system, inputs, conversation = self.partition(session, scope)
         start = state["start"] if state else 0
         dropped = set(state["dropped"]) if state else set()

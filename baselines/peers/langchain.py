@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from contextrender.baselines._common import full_history
+from contextrender.baselines._common import StatelessPolicy
 from contextrender.baselines.peers._shared import render_layout
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, marker_text, require_budget
+from contextrender.render import Rendered, Scope, marker_text
 
 
-class LangChainTrim:
+class LangChainTrim(StatelessPolicy):
     """LangChain ``trim_messages(strategy="last")``: the newest whole messages that fit the token budget.
 
     Upstream (``langchain_core/messages/utils.py``, ``_last_max_tokens``): the longest run
@@ -27,8 +27,6 @@ class LangChainTrim:
     reject). The rule runs only when Tok(H_full) > B; its result always fits B, so the shared
     fallback never acts. Partial messages (``allow_partial`` True) are not supported.
     """
-
-    budgeted = True
 
     def __init__(self, *, start_on_human: bool = False, name: str = "langchain_trim") -> None:
         self.name = name
@@ -51,10 +49,7 @@ class LangChainTrim:
                 run.pop(0)
         return [s for s in run if s != scope.current]
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        if scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """The kept run, paired (it always fits B)."""
         return render_layout(self.name, session, scope, budget, self.kept(session, scope, budget),
                              placeholder=marker_text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contextrender.baselines._common import full_history
+from contextrender.baselines._common import BasePolicy
 from contextrender.baselines.peers._shared import (
     REFERENCE_CONTEXT,
     layout_tokens,
@@ -15,13 +15,13 @@ from contextrender.baselines.peers._shared import (
     scaled,
 )
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, require_budget
+from contextrender.render import Rendered, Scope, check_int, check_positive
 
 #: What opencode shows the model for a pruned tool output (``compaction.ts``, a compacted tool part).
 PRUNED = "[Old tool result content cleared]"
 
 
-class OpencodePrune:
+class OpencodePrune(BasePolicy[set[int]]):
     """opencode ``SessionCompaction.prune``: clear old tool outputs beyond a protected recent amount.
 
     Upstream (``packages/opencode/src/session/compaction.ts``): walk the messages from the
@@ -46,22 +46,14 @@ class OpencodePrune:
     same placeholder), then the oldest turns go (package docstring), for this render only.
     """
 
-    budgeted = True
-
     def __init__(self, *, protect_tokens: int = 40_000, minimum_tokens: int = 20_000, skip_user_turns: int = 2,
                  reference_context: int = REFERENCE_CONTEXT, scale_to_budget: bool = True,
                  protected_tools: Sequence[str] = ("skill",), name: str = "opencode_prune") -> None:
-        for key, value in (("protect_tokens", protect_tokens), ("minimum_tokens", minimum_tokens),
-                           ("skip_user_turns", skip_user_turns)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} must be an integer ≥ 0, got {value!r}")
-        if reference_context <= 0:
-            raise ValueError(f"reference_context must be positive, got {reference_context}")
         self.name = name
-        self.protect_tokens = protect_tokens
-        self.minimum_tokens = minimum_tokens
-        self.skip_user_turns = skip_user_turns
-        self.reference_context = reference_context
+        self.protect_tokens = check_int("protect_tokens", protect_tokens)
+        self.minimum_tokens = check_int("minimum_tokens", minimum_tokens)
+        self.skip_user_turns = check_int("skip_user_turns", skip_user_turns)
+        self.reference_context = check_positive("reference_context", reference_context)
         self.scale_to_budget = bool(scale_to_budget)
         self.protected_tools = frozenset(protected_tools)
 
@@ -100,13 +92,17 @@ class OpencodePrune:
                 candidates.append(r)
         return candidates if freed > minimum else []
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
+    def prepare(self, session: Session, budget: int) -> set[int]:
+        """The results pruned so far."""
         state = load_state(session, self.name, budget)
-        pruned = set(state["pruned"]) if state else set()
-        if not pruned and scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+        return set(state["pruned"]) if state else set()
+
+    def pristine(self, state: set[int]) -> bool:
+        """Nothing pruned yet."""
+        return not state
+
+    def compose(self, session: Session, scope: Scope, budget: int, pruned: set[int]) -> Rendered:
+        """A prune pass once the history as opencode keeps it exceeds B, then the shared fallback."""
         if layout_tokens(session, scope.history, {s: PRUNED for s in pruned}) > budget:
             new = self.to_prune(session, budget, pruned)
             if new:

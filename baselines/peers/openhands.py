@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 
 from contextrender.baselines._common import (
     Covered,
+    StatelessPolicy,
+    Stored,
     SummaryPolicy,
     advance,
-    full_history,
     load_covered,
     save_covered,
     state_key,
@@ -39,7 +40,7 @@ from contextrender.baselines.peers._shared import (
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, marker_text, require_budget
+from contextrender.render import Rendered, Scope, check_int, marker_text
 
 #: OpenHands' placeholder for a masked observation (``observation_masking_condenser.py``).
 MASKED = "<MASKED>"
@@ -72,7 +73,7 @@ def _event_starts(session: Session) -> tuple[list[int], int]:
     return [e - c for e, c in zip(ends, counts, strict=True)], (ends[-1] if ends else 0)
 
 
-class OpenHandsMasking:
+class OpenHandsMasking(StatelessPolicy):
     """OpenHands ``ObservationMaskingCondenser``: observations older than the attention window are masked.
 
     Upstream (``observation_masking_condenser.py``): every observation whose index in the
@@ -89,13 +90,9 @@ class OpenHandsMasking:
     turns (package docstring).
     """
 
-    budgeted = True
-
     def __init__(self, *, attention_window: int = 5, name: str = "openhands_masking") -> None:
-        if isinstance(attention_window, bool) or not isinstance(attention_window, int) or attention_window < 0:
-            raise ValueError(f"attention_window must be an integer ≥ 0, got {attention_window!r}")
         self.name = name
-        self.attention_window = attention_window
+        self.attention_window = check_int("attention_window", attention_window)
 
     @staticmethod
     def placeholder(session: Session, seq: int) -> str:
@@ -106,11 +103,8 @@ class OpenHandsMasking:
         starts, n = _event_starts(session)
         return [r.seq for r in session.results if starts[r.seq] < n - self.attention_window]
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        if scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """The upstream rule's masked results, then the shared fallback."""
         bodies = {s: MASKED for s in self.masked(session)}
         return render_layout(self.name, session, scope, budget, scope.history, bodies=bodies,
                              placeholder=self.placeholder)
@@ -132,12 +126,8 @@ class _Condenser(SummaryPolicy):
     def __init__(self, *, compactor: Compactor | None, keep_first: int, summary_share: float,
                  max_event_chars: int, head_includes_system: bool, name: str) -> None:
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
-        if isinstance(keep_first, bool) or not isinstance(keep_first, int) or keep_first < 0:
-            raise ValueError(f"keep_first must be an integer ≥ 0, got {keep_first!r}")
-        if isinstance(max_event_chars, bool) or not isinstance(max_event_chars, int) or max_event_chars < 0:
-            raise ValueError(f"max_event_chars must be an integer ≥ 0, got {max_event_chars!r}")
-        self.keep_first = keep_first
-        self.max_event_chars = max_event_chars
+        self.keep_first = check_int("keep_first", keep_first)
+        self.max_event_chars = check_int("max_event_chars", max_event_chars)
         self.head_includes_system = bool(head_includes_system)
 
     # -- the head and the view -------------------------------------------------------------
@@ -248,10 +238,9 @@ class _Condenser(SummaryPolicy):
         _, s_tok = self.summary(session, state, int(self.summary_share * budget))
         return layout_tokens(session, [*head, *window], {}) + s_tok
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        scope, key, state, full = self.start(session, budget)
-        if full is not None:
-            return full
+    def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
+        """Condense while the view exceeds B (each condensation halves it), then the shared fallback."""
+        key, state = stored
         head, head_events, head_end = self.head(session, scope)
         usage = Usage()
         for _ in range(self.MAX_CONDENSATIONS):

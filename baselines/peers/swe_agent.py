@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from contextrender.baselines._common import full_history
+from contextrender.baselines._common import StatelessPolicy
 from contextrender.baselines.peers._shared import render_layout
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, first_user, require_budget
+from contextrender.render import Rendered, Scope, check_int, first_user
 
 
 def omitted_text(session: Session, seq: int) -> str:
@@ -13,7 +13,7 @@ def omitted_text(session: Session, seq: int) -> str:
     return f"Old environment output: ({len(session.message(seq).content.splitlines())} lines omitted)"
 
 
-class SweLastN:
+class SweLastN(StatelessPolicy):
     """SWE-agent ``LastNObservations``: elide every observation but the last ``n``.
 
     Upstream (``sweagent/agent/history_processors.py``): the observations are the history
@@ -32,16 +32,10 @@ class SweLastN:
     the oldest remaining results too, then drops the oldest turns (package docstring).
     """
 
-    budgeted = True
-
     def __init__(self, *, n: int = 5, polling: int = 1, name: str = "swe_last_n") -> None:
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
-        if isinstance(polling, bool) or not isinstance(polling, int) or polling <= 0:
-            raise ValueError(f"polling must be a positive integer, got {polling!r}")
         self.name = name
-        self.n = n
-        self.polling = polling
+        self.n = check_int("n", n, minimum=1)
+        self.polling = check_int("polling", polling, minimum=1)
 
     placeholder = staticmethod(omitted_text)
 
@@ -55,11 +49,8 @@ class SweLastN:
         # task message here; without one, the first result takes its place and is never elided)
         return results[: max(0, last_removed - 1)] if template else results[1:last_removed]
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        require_budget(budget)
-        scope = Scope.of(session)
-        if scope.full_tokens(session) <= budget:
-            return full_history(self.name, session, scope, budget)
+    def compose(self, session: Session, scope: Scope, budget: int, state: None) -> Rendered:
+        """The upstream rule's elided results, then the shared fallback."""
         bodies = {s: omitted_text(session, s) for s in self.elided(session)}
         return render_layout(self.name, session, scope, budget, scope.history, bodies=bodies,
                              placeholder=omitted_text)

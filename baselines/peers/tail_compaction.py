@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextrender.baselines._common import STATE_KIND, Covered, SummaryPolicy, advance, uncovered
+from contextrender.baselines._common import STATE_KIND, Covered, Stored, SummaryPolicy, advance, uncovered
 from contextrender.baselines.peers._shared import (
     REFERENCE_CONTEXT,
     Inserted,
@@ -13,7 +13,7 @@ from contextrender.baselines.peers._shared import (
 from contextrender.compaction import Compactor
 from contextrender.events import Usage
 from contextrender.graph import Session
-from contextrender.render import Rendered, Scope, marker_text
+from contextrender.render import Rendered, Scope, check_positive, check_share, marker_text
 
 SUMMARY_LABEL = ("[Summary of the conversation before the messages that follow, written by the compaction "
                  "model when the context was compacted]")
@@ -75,18 +75,14 @@ class TailCompaction(SummaryPolicy):
                  codex_user_tokens: int = 20_000, reference_context: int = REFERENCE_CONTEXT,
                  scale_to_budget: bool = True, name: str = "tail_compaction") -> None:
         super().__init__(compactor=compactor, summary_share=summary_share, name=name)
-        if not 0.0 <= tail_share <= 1.0:
-            raise ValueError(f"tail_share must be in [0, 1], got {tail_share}")
+        self.tail_share = check_share("tail_share", tail_share)
         if not 0 <= tail_min_tokens <= tail_max_tokens:
             raise ValueError(f"need 0 ≤ tail_min_tokens ≤ tail_max_tokens, got {tail_min_tokens}, {tail_max_tokens}")
-        if reference_context <= 0:
-            raise ValueError(f"reference_context must be positive, got {reference_context}")
-        self.tail_share = tail_share
+        self.reference_context = check_positive("reference_context", reference_context)
         self.tail_min_tokens = tail_min_tokens
         self.tail_max_tokens = tail_max_tokens
         self.codex = bool(codex)
         self.codex_user_tokens = codex_user_tokens
-        self.reference_context = reference_context
         self.scale_to_budget = bool(scale_to_budget)
 
     def key_parts(self) -> tuple[str, ...]:
@@ -173,10 +169,9 @@ class TailCompaction(SummaryPolicy):
             return None
         return Inserted(state.upto, msg, tok)  # before the tail (opencode), after the kept users (Codex)
 
-    def render(self, session: Session, budget: int) -> Rendered:
-        scope, key, state, full = self.start(session, budget)
-        if full is not None:
-            return full
+    def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
+        """Compact once per invocation when the view exceeds B, then the shared fallback."""
+        key, state = stored
         usage = Usage()
         window = self.window(session, scope, state)
         ins = self.summary_insert(session, budget, state)

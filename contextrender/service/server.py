@@ -654,8 +654,10 @@ class ContextService:
 
     def export(self, sid: str) -> dict[str, Any]:
         """The session as one replay-trace episode ``{"task_id", "messages"}`` (experiments/evaluation/traces.py)."""
+        from contextrender.trace_line import trace_line
+
         with self._session(sid, create=False) as (session, _):
-            return {"task_id": sid, "messages": session.openai_messages()}
+            return trace_line(sid, session.openai_messages())
 
 
 # -- HTTP ------------------------------------------------------------------------------

@@ -941,6 +941,13 @@ def write_json(path: str | Path, obj: Any) -> None:
 TracesSpec = str | Path | Sequence[str | Path]
 
 
+def _check_budget_and_methods(budget: int, methods: Sequence[str]) -> None:
+    if not methods:
+        raise ValueError("methods is empty")
+    if budget <= 0:
+        raise ValueError(f"budget must be positive, got {budget}")
+
+
 def check_replay_args(traces: TracesSpec, budget: int, methods: Sequence[str], *, trace_format: str | None = None,
                       strict: bool = True) -> TraceSet:
     """Refuse a replay that cannot produce a result; return the trace files to read.
@@ -952,11 +959,9 @@ def check_replay_args(traces: TracesSpec, budget: int, methods: Sequence[str], *
     trace file, a directory without trace files or an unknown format; with
     ``strict``, a named file of no known format is a
     :class:`~contextrender.experiments.evaluation.traces.TraceError` here.
+    Pass the result to :func:`replay_traces`, which then opens no file again.
     """
-    if not methods:
-        raise ValueError("methods is empty")
-    if budget <= 0:
-        raise ValueError(f"budget must be positive, got {budget}")
+    _check_budget_and_methods(budget, methods)
     if isinstance(traces, (str, Path)) and not str(traces):
         raise ValueError("traces is empty: give a trace file, a directory or a glob")
     # Recall over zero events is undefined, not a result: empty files and directories are refused.
@@ -994,7 +999,7 @@ def _benchmark_for(found: TraceSet, benchmark: str | None, methods: Sequence[str
     return {"name": None, "from": "traces record " + ("several: " + ", ".join(named) if named else "none")}
 
 
-def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, embedder: Any = None,
+def replay_traces(traces: TracesSpec | TraceSet, budget: int, methods: Sequence[str], *, embedder: Any = None,
                   compactor: Any = None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
                   strict: bool = True, limit: int | None = None, graph: str | Path | None = None,
                   progress: bool = False, trace_format: str | None = None,
@@ -1008,7 +1013,10 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
 
     Args:
         traces: a trace file, a directory of them (recursively) or a glob, or a list of those;
-            any format of :mod:`~contextrender.experiments.evaluation.traces`.
+            any format of :mod:`~contextrender.experiments.evaluation.traces`. Or the
+            :class:`~contextrender.experiments.evaluation.traces.TraceSet` :func:`check_replay_args`
+            returned: its files were checked then and are not opened again (``strict`` and
+            ``trace_format`` are the ones it was opened with).
         budget: history budget B in tokens.
         methods: registry method names (``conf/method/<name>.yaml``), each once.
         embedder: shared by every policy that takes one (see :class:`SharedEmbeddings`).
@@ -1040,27 +1048,18 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
         empty file or directory, an unknown method, override or format, or no valid episode at all.
     """
     methods = list(methods)
-    found = check_replay_args(traces, budget, methods, trace_format=trace_format, strict=strict)
+    if isinstance(traces, TraceSet):
+        _check_budget_and_methods(budget, methods)
+        found = traces
+    else:
+        found = check_replay_args(traces, budget, methods, trace_format=trace_format, strict=strict)
     bench = _benchmark_for(found, benchmark, methods, overrides)
     _, settings = method_configs(methods, overrides, bench["name"])
     policies, shared = build_policies(methods, overrides, embedder=embedder, compactor=compactor,
                                       benchmark=bench["name"])
     total = found.total_hint()
-    seen: dict[tuple[str, str], str] = {}
     repeated: list[tuple[str, str, str]] = []
-
-    def watched() -> Iterator[Episode]:
-        # One file holding a task twice (e.g. a runner trace file that two configurations of one
-        # benchmark appended to) is replayed as it is, and said: each occurrence counts.
-        for e in found:
-            key = (e.where.rsplit(":", 1)[0], e.task_id)
-            if key in seen:
-                repeated.append((e.task_id, seen[key], e.where))
-            else:
-                seen[key] = e.where
-            yield e
-
-    episodes: Iterable[Episode] = watched()
+    episodes: Iterable[Episode] = _watch_repeats(found, repeated)
     if limit is not None:
         episodes = _limit(episodes, int(limit))
         total = min(total, int(limit)) if total is not None else None
@@ -1068,14 +1067,8 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cr-replay-") as tmp:
         graph_path = graph or os.path.join(tmp, "graph.sqlite")
-        bound = trim_bound = None
-        if ceiling:
-            from contextrender.experiments.evaluation.ceiling import HindsightCeiling
-
-            emb = shared.embedder if shared.embedder is not None else embedder
-            bound = HindsightCeiling(embedder=emb)
-            if any(getattr(p, "trim_prose_first", False) for p in policies.values()):
-                trim_bound = HindsightCeiling(embedder=emb, trim_prose_first=True, name=TRIM_CEILING_NAME)
+        emb = shared.embedder if shared.embedder is not None else embedder
+        bound, trim_bound = _ceilings(policies, emb) if ceiling else (None, None)
         result = replay(episodes, policies, budget, graph_path, shared=shared, total=total, progress=progress,
                         skipped=found, prefetch=prefetch, ceiling=bound, trim_ceiling=trim_bound)
     elapsed = time.perf_counter() - t0
@@ -1090,19 +1083,48 @@ def replay_traces(traces: TracesSpec, budget: int, methods: Sequence[str], *, em
         where = ", ".join(r["path"] for r in result.sources["files"])
         raise ValueError(f"{where}: no episode was replayed ({result.skipped_lines} malformed records skipped"
                          + (f", limit={limit}" if limit is not None else "") + ")")
-    for f in result.sources["files"]:
+    _log_replay(result, budget, len(policies), elapsed, shared)
+    return result
+
+
+def _watch_repeats(episodes: Iterable[Episode], repeated: list[tuple[str, str, str]]) -> Iterator[Episode]:
+    """``episodes`` unchanged; each that repeats a task id of its file goes to ``repeated`` as
+    (task id, where it was first read, where again)."""
+    # One file holding a task twice (e.g. a runner trace file that two configurations of one
+    # benchmark appended to) is replayed as it is, and said: each occurrence counts.
+    seen: dict[tuple[str, str], str] = {}
+    for e in episodes:
+        key = (e.where.rsplit(":", 1)[0], e.task_id)
+        if key in seen:
+            repeated.append((e.task_id, seen[key], e.where))
+        else:
+            seen[key] = e.where
+        yield e
+
+
+def _ceilings(policies: Mapping[str, Any], embedder: Any) -> tuple[Any, Any]:
+    """The hindsight ceiling, and the one with the prose-first trim when a policy trims so (else None)."""
+    from contextrender.experiments.evaluation.ceiling import HindsightCeiling
+
+    trims = any(getattr(p, "trim_prose_first", False) for p in policies.values())
+    return (HindsightCeiling(embedder=embedder),
+            HindsightCeiling(embedder=embedder, trim_prose_first=True, name=TRIM_CEILING_NAME) if trims else None)
+
+
+def _log_replay(result: ReplayResult, budget: int, n_methods: int, elapsed: float, shared: Shared) -> None:
+    """What a finished replay read, what went over budget, and where the time went."""
+    for f in (result.sources or {}).get("files", []):
         log.info("%s: %s, %d episodes%s", f["path"], f["format"], f["episodes"],
                  f", {f['skipped']} skipped" if f["skipped"] else "")
     for name, t in result.methods.items():
         if t.budgeted and t.over_budget:
             log.error("%s rendered more than B=%d tokens in %d of %d renders", name, budget, t.over_budget, t.renders)
-    log.info("replayed %d traces × %d methods in %.1f s (%s)", result.traces, len(policies), elapsed,
+    log.info("replayed %d traces × %d methods in %.1f s (%s)", result.traces, n_methods, elapsed,
              ", ".join(f"{n} {t.seconds:.1f} s" for n, t in result.methods.items()))
     if shared.embedder is not None:
         c = shared.embedder.counts
         log.info("embeddings: %d texts prefetched, %d embedded on demand, %d lookups served from memory",
                  c["prefetched"], c["on_demand"], c["served"])
-    return result
 
 
 def _traces_arg(value: Any) -> TracesSpec:
@@ -1123,7 +1145,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     traces = _traces_arg(cfg.traces)
     trace_format = cfg.get("trace_format") or None
     benchmark = cfg.get("benchmark_name") or None  # `benchmark` is the config group of conf/benchmark/
-    check_replay_args(traces, budget, methods, trace_format=trace_format, strict=bool(cfg.strict))  # before anything is built
+    # Before anything is built; the replay reads these files, not the config's paths again.
+    found = check_replay_args(traces, budget, methods, trace_format=trace_format, strict=bool(cfg.strict))
     if cfg.get("torch_threads"):  # +torch_threads=1: on a machine another job keeps busy, one thread is faster
         try:
             import torch
@@ -1142,7 +1165,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     limit = int(cfg.limit) if cfg.get("limit") is not None else None
     # +prefetch_traces=N: traces embedded together ahead of their replay (0: none); results never change.
     prefetch = int(cfg.prefetch_traces) if cfg.get("prefetch_traces") is not None else PREFETCH_TRACES
-    result = replay_traces(traces, budget, methods, embedder=embedder, compactor=compactor,
+    result = replay_traces(found, budget, methods, embedder=embedder, compactor=compactor,
                            overrides=overrides, strict=bool(cfg.strict), limit=limit, graph=cfg.graph or None,
                            progress=bool(cfg.progress), trace_format=trace_format, benchmark=benchmark,
                            prefetch=prefetch, ceiling=bool(cfg.get("ceiling", True)))

@@ -92,7 +92,9 @@ from typing import Any
 
 from contextrender.events import Message, MessageError
 from contextrender.experiments.records.jsonl import append_bytes
+from contextrender.experiments.records.schema import parse_key
 from contextrender.files import private_dir
+from contextrender.trace_line import trace_line, trace_line_text
 
 log = logging.getLogger(__name__)
 
@@ -157,32 +159,14 @@ def validate_messages(messages: Any, where: str) -> list[Message]:
     return parsed
 
 
-def _key_parts(key: Any) -> list[str] | None:
-    """A runner trace line's ``key`` (``model|benchmark|task|method|budget|hash``) split, or None."""
-    parts = key.split("|") if isinstance(key, str) else []
-    return parts if len(parts) >= 6 else None
-
-
-def _benchmark_of_key(key: Any) -> str | None:
-    """The benchmark in a runner trace line's ``key``."""
-    parts = _key_parts(key)
-    return parts[1] or None if parts else None
-
-
-def job_task_of_key(key: Any) -> str | None:
-    """A runner trace line's ``key`` without its config hash: ``model|benchmark|task|method|budget``."""
-    parts = _key_parts(key)
-    return "|".join(parts[:-1]) if parts else None
-
-
 #: Why a runner trace line is not replayed when a later valid line holds the same job and task.
 SUPERSEDED = "superseded by a later trace of the same job and task (the tables count the latest record too)"
 
 
 def _job_task_of(obj: Any, episode: Episode) -> tuple[str, str] | None:
     """(job and task of a runner line's key, the episode's task id), or None for a line without a key."""
-    job_task = job_task_of_key(obj.get("key")) if isinstance(obj, dict) else None
-    return None if job_task is None else (job_task, episode.task_id)
+    parts = parse_key(obj.get("key")) if isinstance(obj, dict) else None
+    return None if parts is None else (parts.job_task, episode.task_id)
 
 
 def parse_episode(obj: Any, where: str, line: int = 0) -> Episode:
@@ -196,7 +180,8 @@ def parse_episode(obj: Any, where: str, line: int = 0) -> Episode:
     if not isinstance(task_id, str) or not task_id:
         raise TraceError(f"{where}: 'task_id' must be a non-empty string, got {task_id!r}")
     validate_messages(obj["messages"], where)
-    return Episode(task_id, tuple(obj["messages"]), line, where, _benchmark_of_key(obj.get("key")))
+    parts = parse_key(obj.get("key"))
+    return Episode(task_id, tuple(obj["messages"]), line, where, parts.benchmark or None if parts else None)
 
 
 def _episode(task_id: str, messages: list[dict[str, Any]], where: str, line: int = 0,
@@ -572,7 +557,8 @@ class TraceReader:
     logged, skipped and counted in ``skipped`` (their errors in ``errors``).
     Records the source marks as not run are counted in ``excluded``. Blank
     lines are ignored and not counted. Counts are complete once iteration has
-    finished.
+    finished. After :meth:`load`, passes yield the episodes it kept and read
+    the file no more.
     """
 
     path: Path
@@ -585,6 +571,12 @@ class TraceReader:
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. the τ² system prompt rule that applied
     #: no "not replayed" warning after a pass (a validation pass before the replay, which warns itself)
     quiet: bool = False
+    #: the episodes :meth:`load` read, which later passes yield instead of reading the file
+    loaded: list[Episode] | None = field(default=None, init=False, repr=False)
+    #: a JSONL file's non-blank lines, as the last complete pass counted them (None before one)
+    lines: int | None = field(default=None, init=False, repr=False)
+    #: the warnings the last pass gives when it ends, as ``log.warning`` arguments
+    _said: list[tuple[Any, ...]] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -604,7 +596,28 @@ class TraceReader:
         return self.format
 
     def __iter__(self) -> Iterator[Episode]:
-        self.skipped, self.errors, self.episodes, self.excluded = 0, [], 0, Counter()
+        if self.loaded is not None:
+            yield from self.loaded  # the counts and notes stay those of the pass that loaded them
+        else:
+            yield from self._read()
+        if not self.quiet:
+            for said in self._said:
+                log.warning(*said)
+
+    def load(self) -> list[Episode]:
+        """Read and validate the whole file now and keep its episodes; later passes read the file no more.
+
+        Raises as a pass does (with ``strict``, :class:`TraceError` at the first bad record). It warns of
+        nothing it left out: the next pass, which yields the kept episodes, does. Every episode stays
+        in memory while the reader does.
+        """
+        self.loaded = None
+        self.loaded = list(self._read())
+        return self.loaded
+
+    def _read(self) -> Iterator[Episode]:
+        """One pass over the file; its counts, notes and warnings start afresh."""
+        self.skipped, self.errors, self.episodes, self.excluded, self._said = 0, [], 0, Counter(), []
         try:
             fmt = self.resolve_format()
         except TraceError as e:
@@ -619,9 +632,9 @@ class TraceReader:
             else:
                 self.episodes += 1
                 yield item
-        if self.excluded and not self.quiet:
-            log.warning("%s: %d record(s) not replayed: %s", self.path, sum(self.excluded.values()),
-                        "; ".join(f"{n} {r}" for r, n in self.excluded.items()))
+        if self.excluded:
+            self._said.append(("%s: %d record(s) not replayed: %s", self.path, sum(self.excluded.values()),
+                               "; ".join(f"{n} {r}" for r, n in self.excluded.items())))
 
     def _skip(self, e: TraceError) -> None:
         self.skipped += 1
@@ -633,31 +646,29 @@ class TraceReader:
         latest = self._latest_lines() if fmt == "contextrender" else {}
         configs: dict[str, list[str]] = {}  # job -> config hash of each replayed line
         newest: dict[str, str] = {}  # job -> config of its last line as first written (not a restored one)
+        self.lines, lines = None, 0
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 if not raw.strip():
                     continue
+                lines += 1
                 where = f"{self.path}:{lineno}"
                 try:
                     obj = self._decode(raw, where)
                     episode = parse(obj, where, lineno)  # a superseded line is still validated
-                    job_task = _job_task_of(obj, episode) if latest and isinstance(episode, Episode) else None
-                    job = config = None
-                    if job_task is not None:
-                        parts = _key_parts(obj["key"]) or []
-                        job, config = "|".join(parts[:2] + parts[-3:-1]), parts[-1]  # a task id may hold '|'
-                        if not obj.get("restored") or job not in newest:
-                            newest[job] = config
-                    if job_task is not None and latest.get(job_task, lineno) != lineno:
-                        yield Excluded(SUPERSEDED)
-                        continue
-                    if job is not None and config is not None:
-                        configs.setdefault(job, []).append(config)
+                    if latest and isinstance(episode, Episode) and (key := parse_key(obj.get("key"))) is not None:
+                        if not obj.get("restored") or key.job not in newest:
+                            newest[key.job] = key.config
+                        if latest.get((key.job_task, episode.task_id), lineno) != lineno:
+                            yield Excluded(SUPERSEDED)
+                            continue
+                        configs.setdefault(key.job, []).append(key.config)
                     yield episode
                 except TraceError as e:
                     if self.strict:
                         raise
                     self._skip(e)
+        self.lines = lines
         self._note_mixed_configs(configs, newest)
 
     def _note_mixed_configs(self, configs: dict[str, list[str]], newest: dict[str, str]) -> None:
@@ -674,12 +685,11 @@ class TraceReader:
             self.notes.pop("mixed_configs", None)
             return
         self.notes["mixed_configs"] = {job: dict(c) for job, c in mixed.items()}
-        if not self.quiet:
-            for job, c in mixed.items():
-                new = newest[job]
-                log.warning("%s: job %s replays lines of %d configs: %d task(s) of the newest (%s), %d of older "
-                            "ones its rerun has not reached (rerun the job to bring every task to one config)",
-                            self.path, job, len(c), c[new], new[:10], sum(c.values()) - c[new])
+        for job, c in mixed.items():
+            new = newest[job]
+            self._said.append(("%s: job %s replays lines of %d configs: %d task(s) of the newest (%s), %d of "
+                               "older ones its rerun has not reached (rerun the job to bring every task to one "
+                               "config)", self.path, job, len(c), c[new], new[:10], sum(c.values()) - c[new]))
 
     def _latest_lines(self) -> dict[tuple[str, str], int]:
         """Runner trace lines: the last VALID line of each job and task (the key without its config
@@ -832,16 +842,29 @@ class TraceSet:
     def errors(self) -> list[str]:
         return [e for r in self.readers for e in r.errors]
 
+    def load(self) -> None:
+        """Read and validate every file now (:meth:`TraceReader.load`), so the replay reads none again.
+
+        With ``strict`` a bad record fails here, before anything the replay needs is built.
+        """
+        for r in self.readers:
+            r.load()
+
     def total_hint(self) -> int | None:
         """Records to expect (a progress-bar total): JSONL lines; None when a JSON document is among them."""
         if any(r.format not in JSONL_FORMATS for r in self.readers):
             return None
-        return sum(count_lines(r.path) for r in self.readers)
+        return sum(r.lines if r.loaded is not None and r.lines is not None else count_lines(r.path)
+                   for r in self.readers)
 
     def recorded_benchmarks(self) -> set[str | None]:
-        """The benchmark each file's first record names (None: the file names none); reads one record a file."""
+        """The benchmark each file's first record names (None: the file names none); reads one record a file
+        (none of a loaded one)."""
         out: set[str | None] = set()
         for r in self.readers:
+            if r.loaded is not None:
+                out.add(r.loaded[0].benchmark if r.loaded else None)
+                continue
             probe = TraceReader(r.path, strict=False, format=r.format)
             out.add(next((e.benchmark for e in probe), None))
         return out
@@ -903,8 +926,8 @@ def write_trace(path: str | Path, task_id: str, messages: Sequence[dict[str, Any
     crash leaves at most a truncated last line (which ``strict=False`` skips).
     """
     msgs = list(messages)
-    parse_episode({"task_id": task_id, "messages": msgs}, f"trace for task {task_id!r}")
-    line = json.dumps({"task_id": task_id, "messages": msgs}, ensure_ascii=False, allow_nan=False) + "\n"
+    parse_episode(trace_line(task_id, msgs), f"trace for task {task_id!r}")
+    line = trace_line_text(task_id, msgs, allow_nan=False) + "\n"
     private_dir(Path(path).parent)
     append_bytes(path, line.encode("utf-8"))  # created 0600: a trace is a complete transcript
 

@@ -127,7 +127,41 @@ class EpisodeRecord:
 
 
 def episode_key(model: str, benchmark: str, task: str, method: str, budget: int, chash: str) -> str:
+    """The record key of one episode, ``model|benchmark|task|method|budget|config hash`` (:func:`parse_key`)."""
     return f"{model}|{benchmark}|{task}|{method}|{budget}|{chash}"
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    """An :func:`episode_key` taken apart, each part as written (the budget stays text)."""
+
+    model: str
+    benchmark: str
+    task: str
+    method: str
+    budget: str
+    config: str  # the config hash
+
+    @property
+    def job(self) -> str:
+        """``model|benchmark|method|budget``: the job, whatever the task and config."""
+        return f"{self.model}|{self.benchmark}|{self.method}|{self.budget}"
+
+    @property
+    def job_task(self) -> str:
+        """The key without its config hash, ``model|benchmark|task|method|budget``: one task of one job."""
+        return f"{self.model}|{self.benchmark}|{self.task}|{self.method}|{self.budget}"
+
+
+def parse_key(key: Any) -> KeyParts | None:
+    """The parts of an :func:`episode_key`; None for anything else (not a string, fewer than six parts).
+
+    A task id may hold ``|``, so the parts after it are counted from the end.
+    """
+    parts = key.split("|") if isinstance(key, str) else []
+    if len(parts) < 6:
+        return None
+    return KeyParts(parts[0], parts[1], "|".join(parts[2:-3]), parts[-3], parts[-2], parts[-1])
 
 
 def _require_record(obj: Any) -> None:
@@ -167,8 +201,8 @@ def record_config(record: Mapping[str, Any]) -> str:
     chash = record.get("config_hash")
     if isinstance(chash, str) and chash:
         return chash
-    key = record.get("key")
-    return key.rsplit("|", 1)[-1] if isinstance(key, str) and key.count("|") >= 5 else ""
+    parts = parse_key(record.get("key"))
+    return parts.config if parts is not None else ""
 
 
 def mixed_config_notes(records: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -26,14 +26,13 @@ bug, neither outcome nor infrastructure: it stops the job at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +58,10 @@ from contextrender.experiments.records.schema import (
 )
 from contextrender.experiments.runtime.episode import Episode, EpisodeStop, Limits
 from contextrender.files import hold_lock, private_dir
-from contextrender.graph import ContextGraph, attempt_of
+from contextrender.graph import ContextGraph, attempt_of, session_of
 from contextrender.redact import redact
 from contextrender.registry import build_policy
+from contextrender.trace_line import trace_line_text
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +123,7 @@ class TraceFile:
 
     def append(self, key: str, task_id: str, messages: list[dict[str, Any]], *, restored: bool = False) -> None:
         """One episode's line; ``restored``: written again from the graph (:func:`restore_traces`)."""
-        line: dict[str, Any] = {"task_id": task_id, "key": key, "messages": messages}
-        if restored:
-            line["restored"] = True
-        self._file.append_line(json.dumps(line, ensure_ascii=False))
+        self._file.append_line(trace_line_text(task_id, messages, key=key, restored=restored))
 
 
 
@@ -296,140 +293,233 @@ def run_job(cfg: DictConfig) -> JobSummary:
     # which rewrite files.
     job_lock = hold_lock(run_dir / "records" / f"{stem}.lock", what=f"job {stem} in {run_dir}")
     try:
-        return _run_locked(cfg, run_dir, stem, budget, chash, benchmark, model, embedder, compactor, method_name,
-                           acon_thresholds)
+        return Job(cfg, run_dir, stem, budget, chash, benchmark, model, embedder, compactor, method_name,
+                   acon_thresholds).run()
     finally:
         job_lock.close()  # releases the lock; the file stays (unlinking it would race a new holder)
 
 
-def _run_locked(cfg: DictConfig, run_dir: Path, stem: str, budget: int, chash: str, benchmark: Any, model: Any,
-                embedder: Any, compactor: Any, method_name: str,
-                acon_thresholds: dict[str, Any] | None = None) -> JobSummary:
-    records = RecordFile(run_dir / "records" / f"{stem}.jsonl")
-    traces = TraceFile(run_dir / "traces" / f"{stem}.jsonl")
-    effective = effective_records(records.load())  # read once: done keys, restores, retries
-    done = {r["key"] for r in effective if not is_retryable(r)}  # RecordFile.done_keys, from the same read
-    traces.prune(done)
-    graph = ContextGraph(run_dir / "graphs" / f"{stem}.sqlite")
-    limits = Limits(max_steps=int(cfg.limits.max_steps), max_cost_usd=cfg.limits.max_task_cost_usd)
-    weights = OmegaConf.to_container(cfg.method.weights) if "weights" in cfg.method else None
-    metric = benchmark.primary_metric
+@dataclass
+class Tally:
+    """What this invocation's episodes did so far; the worker threads share it under :attr:`lock`."""
 
-    tasks = benchmark.tasks()
-    keys = {t.id: episode_key(model.name, benchmark.name, t.id, method_name, budget, chash) for t in tasks}
-    job_keys = set(keys.values())
-    restore_traces(effective, traces, graph, done, stem, job_keys, rerun=bool(cfg.get("rerun_untraced", False)))
-    todo = [t for t in tasks if keys[t.id] not in done]
-    retrying = sum(1 for r in effective if is_retryable(r) and r["key"] in job_keys)
-    log.info("%s: %d tasks, %d done, %d to run%s", stem, len(tasks), len(tasks) - len(todo), len(todo),
-             f" ({retrying} after an infrastructure error)" if retrying else "")
+    spent: float  # upper-bound USD: the run dir's records when a sweep cap applies (else 0), plus this run's
+    stopped: bool = False  # the sweep spend cap was reached: no further episode started
+    scores: list[float] = field(default_factory=list)  # this run's outcomes, the primary metric
+    ran: int = 0  # episodes ended: outcomes and infrastructure errors, recorded or not
+    errors: int = 0  # infrastructure errors, and episodes whose record could not be written
+    write_error: Exception | None = None  # the first record that could not be written
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    cap = cfg.get("sweep_cost_cap_usd")
-    # Every attempt's record, superseded failures included: their tokens were paid for.
-    spent = sum(r.get("cost_upper_usd", 0.0) for r in load_records(run_dir)) if cap is not None else 0.0
-    lock = threading.Lock()
-    state: dict[str, Any] = {"spent": spent, "stopped": False, "scores": [], "ran": 0, "errors": 0,
-                             "write_error": None}
-    bar = tqdm(total=len(todo), desc=f"{method_name} B={budget}", disable=not cfg.get("progress", True),
-               dynamic_ncols=True)
+    def write_failed(self, exc: Exception) -> None:
+        """An episode ended without a record (:meth:`Job.run` raises the first such error at the end)."""
+        with self.lock:
+            self.errors += 1
+            self.ran += 1
+            if self.write_error is None:
+                self.write_error = exc
 
-    def one(task: Any) -> None:
-        with lock:
-            if state["write_error"] is not None:
-                return
-            if cap is not None and state["spent"] >= cap:
-                state["stopped"] = True
-                return
-        key = keys[task.id]
-        ep: Episode | None = None
-        status, score, extra, error, retryable = "ok", {}, {}, None, False
-        messages: list[dict[str, Any]] = []
+
+@dataclass
+class Played:
+    """How one episode ended, before it is recorded."""
+
+    ep: Episode | None = None  # None: the episode failed before it started
+    status: str = "ok"
+    score: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # redacted
+    retryable: bool = False  # an infrastructure error (module docstring)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the transcript of an outcome
+
+
+@dataclass(eq=False)  # identity: a job holds open files, and equal inputs are not the same run
+class Job:
+    """One (model, benchmark, method, budget) job, built by :func:`run_job` under the job's lock.
+
+    :meth:`run` opens the job's files and runs every task not done yet through :meth:`episode`,
+    on ``cfg.workers`` threads; the fields after ``acon_thresholds`` are set by :meth:`run` and
+    shared by its episodes (an episode outside a run has nothing to write to).
+    """
+
+    cfg: DictConfig
+    run_dir: Path
+    stem: str  # the job's file name: ``<model>__<benchmark>__<method>__B<budget>``
+    budget: int
+    chash: str  # the hash of the result config, the last part of every record key
+    benchmark: Any
+    model: Any
+    embedder: Any
+    compactor: Any
+    method_name: str
+    acon_thresholds: dict[str, Any] | None = None  # ACON's thresholds for the benchmark, when the method is ACON
+    records: RecordFile = field(init=False, repr=False)
+    traces: TraceFile = field(init=False, repr=False)
+    graph: ContextGraph = field(init=False, repr=False)
+    limits: Limits = field(init=False, repr=False)
+    weights: Any = field(init=False, repr=False)  # the method's weights (recorded), or None
+    metric: str = field(init=False, repr=False)  # the benchmark's primary metric
+    keys: dict[str, str] = field(init=False, repr=False)  # task id -> record key
+    cap: float | None = field(init=False, repr=False)  # the sweep spend cap (USD), if any
+    tally: Tally = field(init=False, repr=False)
+    bar: Any = field(init=False, repr=False)  # the tqdm progress bar
+
+    def run(self) -> JobSummary:
+        """Run every task not done yet (a rerun resumes: module docstring) and summarise the job.
+
+        Raises when a record could not be written, after the running episodes end.
+        """
+        cfg = self.cfg
+        self.records = RecordFile(self.run_dir / "records" / f"{self.stem}.jsonl")
+        self.traces = TraceFile(self.run_dir / "traces" / f"{self.stem}.jsonl")
+        effective = effective_records(self.records.load())  # read once: done keys, restores, retries
+        done = {r["key"] for r in effective if not is_retryable(r)}  # RecordFile.done_keys, from the same read
+        self.traces.prune(done)
+        self.graph = ContextGraph(self.run_dir / "graphs" / f"{self.stem}.sqlite")
+        self.limits = Limits(max_steps=int(cfg.limits.max_steps), max_cost_usd=cfg.limits.max_task_cost_usd)
+        self.weights = OmegaConf.to_container(cfg.method.weights) if "weights" in cfg.method else None
+        self.metric = self.benchmark.primary_metric
+
+        tasks = self.benchmark.tasks()
+        self.keys = {t.id: episode_key(self.model.name, self.benchmark.name, t.id, self.method_name, self.budget,
+                                       self.chash) for t in tasks}
+        job_keys = set(self.keys.values())
+        restore_traces(effective, self.traces, self.graph, done, self.stem, job_keys,
+                       rerun=bool(cfg.get("rerun_untraced", False)))
+        todo = [t for t in tasks if self.keys[t.id] not in done]
+        retrying = sum(1 for r in effective if is_retryable(r) and r["key"] in job_keys)
+        log.info("%s: %d tasks, %d done, %d to run%s", self.stem, len(tasks), len(tasks) - len(todo), len(todo),
+                 f" ({retrying} after an infrastructure error)" if retrying else "")
+
+        self.cap = cfg.get("sweep_cost_cap_usd")
+        # Every attempt's record, superseded failures included: their tokens were paid for.
+        spent = sum(r.get("cost_upper_usd", 0.0) for r in load_records(self.run_dir)) if self.cap is not None else 0.0
+        self.tally = Tally(spent)
+        self.bar = tqdm(total=len(todo), desc=f"{self.method_name} B={self.budget}",
+                        disable=not cfg.get("progress", True), dynamic_ncols=True)
+        workers = max(1, int(cfg.get("workers", 1)))
         try:
-            attempt = sum(1 for s in graph.session_ids() if s.startswith(key + "#"))
-            session = graph.session(f"{key}#{attempt}")
+            if workers == 1:
+                for t in todo:
+                    self.episode(t)
+            else:
+                with ThreadPoolExecutor(workers) as pool:
+                    list(pool.map(self.episode, todo))
+        finally:
+            self.bar.close()
+            self.graph.close()
+        return self._summary(len(tasks), len(todo), job_keys)
+
+    def episode(self, task: Any) -> None:
+        """Run ``task`` and record how it ended: an outcome, or a retryable infrastructure error.
+
+        Starts nothing once a record could not be written or the sweep spend cap is reached.
+        """
+        if not self._may_start():
+            return
+        key = self.keys[task.id]
+        played = self._play(task, key)
+        rec = self._record(task, key, played)
+        try:
+            if not played.retryable:  # a failed attempt's partial transcript is no trace to replay
+                self.traces.append(key, task.id, played.messages)
+            self.records.append(rec)
+        except Exception as exc:  # noqa: BLE001 — re-raised after the running episodes end
+            # Nothing recorded, so the key is not done and the next run retries it; stop
+            # scheduling, since every further episode would be lost the same way.
+            log.error("%s %s: could not write its record: %s", self.stem, task.id, redact(str(exc)))
+            self.tally.write_failed(exc)
+            return
+        self._count(rec.cost_upper_usd, played)
+
+    def _may_start(self) -> bool:
+        t = self.tally
+        with t.lock:
+            if t.write_error is not None:
+                return False
+            if self.cap is not None and t.spent >= self.cap:
+                t.stopped = True
+                return False
+        return True
+
+    def _play(self, task: Any, key: str) -> Played:
+        """Run the episode in the session of the key's next attempt; an exception that is not the task's
+        outcome is an infrastructure error (a :class:`PairingError` is a bug: it propagates)."""
+        played = Played()
+        try:
+            attempt = sum(1 for s in self.graph.session_ids() if (a := attempt_of(s)) is not None and a[0] == key)
+            session = self.graph.session(session_of(key, attempt))
             # A fresh policy per episode: stateful baselines keep state per session anyway,
             # and this keeps worker threads from sharing mutable policy objects.
-            policy = build_policy(cfg.method, embedder=embedder, compactor=compactor)
-            ep = Episode(session, policy, model.episode(task, session), budget, limits)
+            policy = build_policy(self.cfg.method, embedder=self.embedder, compactor=self.compactor)
+            played.ep = Episode(session, policy, self.model.episode(task, session), self.budget, self.limits)
             try:
-                outcome = benchmark.run_episode(task, ep)
-                status, score, extra = outcome.status, dict(outcome.score), dict(outcome.extra)
+                outcome = self.benchmark.run_episode(task, played.ep)
+                played.status, played.score, played.extra = outcome.status, dict(outcome.score), dict(outcome.extra)
             except EpisodeStop as stop:  # a step/cost limit is the task's outcome
-                status, error = stop.status, redact(str(stop))
-                score = {metric: 0.0}
-            messages = session.openai_messages()
-            graph.release(session.id)  # the episode is over: its rows stay, its memory goes
+                played.status, played.error = stop.status, redact(str(stop))
+                played.score = {self.metric: 0.0}
+            played.messages = session.openai_messages()
+            self.graph.release(session.id)  # the episode is over: its rows stay, its memory goes
         except PairingError:
             raise  # a policy split a tool call from its result: a bug, not infrastructure — stop the job
         except Exception as exc:  # noqa: BLE001 — infrastructure, not the task: a retryable row
-            status, score, extra, retryable = "error", {}, {}, True
+            played.status, played.score, played.extra, played.retryable = "error", {}, {}, True
             # Provider errors may quote a key or a credentialed URL: never store them as they are.
-            error = redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
-            log.warning("%s %s: infrastructure error, the next run retries it: %s", stem, task.id,
+            played.error = redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
+            log.warning("%s %s: infrastructure error, the next run retries it: %s", self.stem, task.id,
                         redact(f"{type(exc).__name__}: {exc}"))
+        return played
+
+    def _record(self, task: Any, key: str, played: Played) -> EpisodeRecord:
+        ep, retryable = played.ep, played.retryable
         usage = ep.usage() if ep is not None else _no_usage()
-        if acon_thresholds is not None:  # the values this ACON run used, and why
-            extra = {**extra, "acon_thresholds": acon_thresholds}
-        rec = EpisodeRecord(
-            key=key, model=model.name, benchmark=benchmark.name, task=task.id, method=method_name,
-            budget=budget, status=status, score=score, metric=metric, usage=usage,
+        extra = played.extra
+        if self.acon_thresholds is not None:  # the values this ACON run used, and why
+            extra = {**extra, "acon_thresholds": self.acon_thresholds}
+        return EpisodeRecord(
+            key=key, model=self.model.name, benchmark=self.benchmark.name, task=task.id, method=self.method_name,
+            budget=self.budget, status=played.status, score=played.score, metric=self.metric, usage=usage,
             cost_upper_usd=upper_bound_cost(usage),
             exceeded_budget=ep.exceeded_budget if ep is not None else False,
             invocations=ep.invocations if ep is not None else 0, renders=ep.renders if ep is not None else [],
             measures=ep.measures.to_dict() if ep is not None and not retryable else None,
-            weights=weights, compactor=getattr(compactor, "name", None), embedder=getattr(embedder, "name", None),
-            error=error, retryable=retryable, synthetic=bool(getattr(benchmark, "synthetic", False)),
-            trace=None if retryable else str(traces.path), config_hash=chash, extra=extra)
-        try:
-            if not retryable:  # a failed attempt's partial transcript is no trace to replay
-                traces.append(key, task.id, messages)
-            records.append(rec)
-        except Exception as exc:  # noqa: BLE001 — re-raised after the running episodes end
-            # Nothing recorded, so the key is not done and the next run retries it; stop
-            # scheduling, since every further episode would be lost the same way.
-            log.error("%s %s: could not write its record: %s", stem, task.id, redact(str(exc)))
-            with lock:
-                state["errors"] += 1
-                state["ran"] += 1
-                if state["write_error"] is None:
-                    state["write_error"] = exc
-            return
-        with lock:
-            state["spent"] += rec.cost_upper_usd
-            state["ran"] += 1
-            if retryable:
-                state["errors"] += 1
-            else:
-                state["scores"].append(score.get(metric, 0.0))
-            mean = sum(state["scores"]) / len(state["scores"]) if state["scores"] else 0.0
-            bar.set_postfix({metric: f"{mean:.3f}", "spent≤$": f"{state['spent']:.3f}",
-                             **({"errors": state["errors"]} if state["errors"] else {})})
-            bar.update(1)
+            weights=self.weights, compactor=getattr(self.compactor, "name", None),
+            embedder=getattr(self.embedder, "name", None), error=played.error, retryable=retryable,
+            synthetic=bool(getattr(self.benchmark, "synthetic", False)),
+            trace=None if retryable else str(self.traces.path), config_hash=self.chash, extra=extra)
 
-    workers = max(1, int(cfg.get("workers", 1)))
-    try:
-        if workers == 1:
-            for t in todo:
-                one(t)
-        else:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(one, todo))
-    finally:
-        bar.close()
-        graph.close()
-    if state["write_error"] is not None:
-        raise RuntimeError(f"{records.path}: could not write records ({state['write_error']}); "
-                           "the episodes without a record are retried by the next run") from state["write_error"]
-    if state["stopped"]:
-        log.warning("sweep spend cap %.2f USD reached (spent ≤ %.4f); stopping cleanly", cap, state["spent"])
-    if state["errors"]:
-        log.warning("%s: %d infrastructure errors; rerun the same command to retry them", stem, state["errors"])
-    # The mean over every outcome of this job's tasks: after a resume, earlier runs' episodes count too.
-    outcomes = [r for r in effective_records(records.load()) if r["key"] in job_keys and not is_retryable(r)]
-    mean_score = sum(_score_of(r, metric) for r in outcomes) / len(outcomes) if outcomes else None
-    return JobSummary(records=str(records.path), done=len(outcomes), ran=state["ran"],
-                      skipped=len(tasks) - len(todo), errors=state["errors"],
-                      stopped_by_sweep_cap=bool(state["stopped"]), mean_score=mean_score)
+    def _count(self, cost: float, played: Played) -> None:
+        """A recorded episode: its cost, its score or error, and the progress bar."""
+        t = self.tally
+        with t.lock:
+            t.spent += cost
+            t.ran += 1
+            if played.retryable:
+                t.errors += 1
+            else:
+                t.scores.append(played.score.get(self.metric, 0.0))
+            mean = sum(t.scores) / len(t.scores) if t.scores else 0.0
+            self.bar.set_postfix({self.metric: f"{mean:.3f}", "spent≤$": f"{t.spent:.3f}",
+                                  **({"errors": t.errors} if t.errors else {})})
+            self.bar.update(1)
+
+    def _summary(self, n_tasks: int, n_todo: int, job_keys: set[str]) -> JobSummary:
+        """After the episodes: the first write error raised, the stops said, the job's summary."""
+        t = self.tally
+        if t.write_error is not None:
+            raise RuntimeError(f"{self.records.path}: could not write records ({t.write_error}); "
+                               "the episodes without a record are retried by the next run") from t.write_error
+        if t.stopped:
+            log.warning("sweep spend cap %.2f USD reached (spent ≤ %.4f); stopping cleanly", self.cap, t.spent)
+        if t.errors:
+            log.warning("%s: %d infrastructure errors; rerun the same command to retry them", self.stem, t.errors)
+        # The mean over every outcome of this job's tasks: after a resume, earlier runs' episodes count too.
+        outcomes = [r for r in effective_records(self.records.load())
+                    if r["key"] in job_keys and not is_retryable(r)]
+        mean_score = sum(_score_of(r, self.metric) for r in outcomes) / len(outcomes) if outcomes else None
+        return JobSummary(records=str(self.records.path), done=len(outcomes), ran=t.ran, skipped=n_tasks - n_todo,
+                          errors=t.errors, stopped_by_sweep_cap=t.stopped, mean_score=mean_score)
 
 
 def iter_job_configs(cfgs: Iterable[DictConfig]) -> Iterable[JobSummary]:

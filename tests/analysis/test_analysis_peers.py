@@ -128,7 +128,7 @@ def test_the_peer_table_and_figure_from_hand_made_records(tmp_path):
     assert (tau.recall, tau.replay_identifier_survival) == (100.0, 100.0)
 
     md = (tmp_path / "out" / "table_peers.md").read_text()
-    assert "| oracle† | bfcl_multi_turn_long_context | 2000 | ContextRender (ours) | 2 | 50.0 | 0.500 | 75.0 |" in md
+    assert "| oracle† | bfcl_multi_turn_long_context | 2000 | ContextRender (ours) | 2 | 50.0 | 0.500 | – | – | 75.0 |" in md
     assert "OpenHands masking" in md and "id survival" in md and "prefix ret. (run)" in md
     assert "tau2_retail: pass" in md and "a value only a summary kept counts here and not for recall" in md
     tex = (tmp_path / "out" / "table_peers.tex").read_text()

@@ -124,8 +124,8 @@ class _Slow:
 class SlowOracle(OracleModel):
     """The oracle at a fixed pace per call: a runner that is reliably still running when a test races it."""
 
-    def __init__(self, delay_s: float = 0.05) -> None:
-        super().__init__()
+    def __init__(self, delay_s: float = 0.05, **kw: Any) -> None:
+        super().__init__(**kw)  # the oracle's own settings (its mode) from conf/model/oracle.yaml
         self.delay_s = delay_s
 
     def episode(self, task: Any, session: Any) -> Any:

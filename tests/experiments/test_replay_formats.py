@@ -177,8 +177,8 @@ def test_hydra_entry_takes_a_glob_a_format_and_a_benchmark(tmp_path, mixed):
 
 
 def test_cli_says_once_what_it_left_out(caplog, capsys):
-    """The CLI reads the files twice (a validation pass, then the replay): what a file's records leave out
-    is warned about once."""
+    """The CLI validates the files once and replays what it read: what a file's records leave out is warned
+    about once."""
     import logging
 
     with caplog.at_level(logging.WARNING):

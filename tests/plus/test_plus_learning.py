@@ -136,12 +136,17 @@ def test_id_form_of_json_and_of_other_text():
     assert "items.price: 272.33, 262.47" in lines and "items.note: short phrase here" in lines
     assert "variants.*.item_id: 111111" in lines and "variants.*: 222222" in lines  # a key repeated inside: once
     assert "prose: REF_99, 12345" in lines  # long prose gives its ids and numbers only
-    assert not any(x in form for x in ("True", "paid", "n: 7"))  # booleans and too-short values: never needed
+    assert "n: 7" in lines  # every number: a call that writes it 7.000 needs it
+    assert not any(x in form for x in ("True", "paid"))  # booleans: never needed
     text = id_form("Found: ['NVDA', 'AB', 'a long phrase that is far longer than forty characters in all'] total 12,345.5")
-    assert text.splitlines()[1] == "NVDA, 12,345.5"
+    assert text.splitlines()[1] == "12,345.5, NVDA"
+    records = id_form(json.dumps({"history": {"booking001": {"to": "LAX", "cost": 640.0},
+                                              "booking002": {"to": "SFO", "cost": 400.0}}}))
+    assert "history.*.cost: 640.0, 400.0" in records.splitlines()  # a dict of records is keyed by ids
+    assert "history.*: booking001, booking002" in records.splitlines()
     many = id_form(json.dumps({"series": [1000 + i for i in range(MAX_VALUES + 10)]}))
     assert many.endswith("(10 more)") and str(1000 + MAX_VALUES) not in many
-    assert id_form("") == HEADER and id_form("[1, 2]") == HEADER
+    assert id_form("") == HEADER and id_form("[true, null]") == HEADER and id_form("[1, 2]") == HEADER + "\n-: 1, 2"
 
 
 def _recount(session: Any, rendered: Any) -> int:

@@ -1,0 +1,44 @@
+"""The replay trace line: one episode's transcript as one JSON object.
+
+``{"task_id": str, "messages": [OpenAI messages]}``; the harness's lines also
+carry the episode's record ``key`` (after ``task_id``) and, for a line written
+again from the job's graph, ``"restored": true`` (last). Every writer of a
+trace line builds it here — the runner, its restore, ``write_trace``,
+``contextrender export`` and the service's export endpoint — so the line the
+trace readers (``experiments/evaluation/traces.py``) parse has one shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+
+def trace_line(task_id: str, messages: Sequence[dict[str, Any]], *, key: str | None = None,
+               restored: bool = False) -> dict[str, Any]:
+    """The line as an object: ``task_id``, then ``key`` when given, ``messages``, then ``restored`` when set.
+
+    The order is the order the fields are written in, which readers do not rely on but diffs
+    of trace files do.
+    """
+    line: dict[str, Any] = {"task_id": task_id}
+    if key is not None:
+        line["key"] = key
+    line["messages"] = list(messages)
+    if restored:
+        line["restored"] = True
+    return line
+
+
+def trace_line_text(task_id: str, messages: Sequence[dict[str, Any]], *, key: str | None = None,
+                    restored: bool = False, allow_nan: bool = True) -> str:
+    """:func:`trace_line` as its JSON text, without the newline; non-ASCII text stays as it is.
+
+    ``allow_nan=False`` refuses a NaN or infinity (ValueError), which strict JSON readers reject.
+    """
+    return json.dumps(trace_line(task_id, messages, key=key, restored=restored), ensure_ascii=False,
+                      allow_nan=allow_nan)
+
+
+__all__ = ["trace_line", "trace_line_text"]
