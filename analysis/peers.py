@@ -1,4 +1,4 @@
-"""The peer head-to-head (issue 17): one table and one figure from the peers runs and their replays.
+"""The peer head-to-head: one table and one figure from the peers runs and their replays.
 
     python -m contextrender.analysis.peers --runs results/runs/peers --recall R1.json [R2.json ...] --out results
 
@@ -213,7 +213,7 @@ def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), 
              ("run_prefix_retention", "prefix ret. (run)", ".1f"),
              ("replay_prefix_retention", "prefix ret. (replay)", ".1f")]
     notes = setting_notes(frame)
-    notes.append("Ours: ContextRender (the method this harness implements, spec §4–5), marked (ours). Peers are "
+    notes.append("Ours: ContextRender (the method this harness implements, docs/method.md §4–5), marked (ours). Peers are "
                  "labelled with their upstream project (conf/catalogue.yaml kind: peer; baselines/peers/); full and "
                  "prune are the paper's baselines. Every method runs under the same B, budget scope, token counter, "
                  "pairing rule and budget check.")
@@ -244,7 +244,7 @@ def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), 
         "each argument value (≥ 4 characters) that only earlier tool results held, and is ready when every such "
         "value occurs as a whole token (numbers by value) anywhere in the render before it; trace ready: traces "
         "whose every such call was. The oracle fails a task on exactly this rule, so these follow the score.",
-        "recall (spec §7): share of (turn j, result r) reuse events whose result was rendered in full before j, "
+        "recall (docs/method.md §7): share of (turn j, result r) reuse events whose result was rendered in full before j, "
         "by age j − k (≤3, 4–10, 11–25, >25 turns). It counts only tokens of ≥ 6 characters with an uppercase "
         "letter or an underscore — never digit-only ids — and only results shown in full, so it can disagree with "
         "the score: read it after the score and readiness.",

@@ -1,4 +1,4 @@
-"""The paper's tables from episode records (spec §7): Table 1, Tables 6–8, Table 2, the budget sweep.
+"""The paper's tables from episode records (docs/method.md §7): Table 1, Tables 6–8, Table 2, the budget sweep.
 
     python -m contextrender.analysis.tables --runs results/runs/table1 --out results [--table table1|main|ablation|sweep|all]
                               [--recall results/recall_B2000.json]
@@ -149,7 +149,7 @@ def group_info(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int
     keys = sorted({(r["model"], r["benchmark"], int(r["budget"])) for r in records})
     out = {}
     for model, bench, budget in keys:
-        # spec §7: ρ and T come from Full runs; an infrastructure error is no run of the task
+        # docs/method.md §7: ρ and T come from Full runs; an infrastructure error is no run of the task
         full = [r for r in records if r["model"] == model and r["benchmark"] == bench
                 and int(r["budget"]) == budget and r["method"] == FULL and not is_retryable(r)]
         info = GroupInfo(model, bench, budget, len(full), None)
@@ -530,7 +530,7 @@ def table1(summary: pd.DataFrame, stem: str = "table1") -> Table:
     return Table(stem, title, data, cols, [n for n in notes if n])
 
 
-#: Said next to every recall figure: what spec §7's recall cannot see.
+#: Said next to every recall figure: what docs/method.md §7's recall cannot see.
 RECALL_CAVEAT = ("Recall counts only tokens of ≥ 6 characters with an uppercase letter or an underscore — never "
                  "digit-only ids — and only results shown in full, so it can rank methods against their task score.")
 #: Said next to every readiness figure.
@@ -622,7 +622,7 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
                 rrows.append(row)
         rec_rows += rrows
         ev = recall.get("events_by_age") or {}
-        notes.append(f"Later-Used Result Recall (spec §7) from replaying recorded Full-history traces at B={budget}: "
+        notes.append(f"Later-Used Result Recall (docs/method.md §7) from replaying recorded Full-history traces at B={budget}: "
                      f"{recall.get('events', '?')} events ("
                      + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + "). "
                      + RECALL_CAVEAT)

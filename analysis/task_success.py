@@ -143,7 +143,7 @@ def success_table(frame: pd.DataFrame, stem: str = STEM) -> Table:
     notes += _cost_notes() + [
         READINESS_NOTE + " From one replay of each benchmark's Full-history traces per B, every method on the "
         "same recorded calls.",
-        "recall: Later-Used Result Recall (spec §7) from the same replays. " + RECALL_CAVEAT,
+        "recall: Later-Used Result Recall (docs/method.md §7) from the same replays. " + RECALL_CAVEAT,
         "full ignores B (the unbudgeted reference); every other method renders within B."]
     title = "Task success first: pass under both oracle modes, re-reads, cost, readiness and recall per method" \
         " [offline oracle: not comparable to paper numbers]"

@@ -1,4 +1,4 @@
-"""The paper's baselines (spec §6), each a :class:`~contextrender.render.ContextPolicy`.
+"""The paper's baselines (docs/method.md §6), each a :class:`~contextrender.render.ContextPolicy`.
 
 All run under the same B, tokenizer and budget scope as ContextRender; build
 them from ``conf/method/<name>.yaml`` with :func:`contextrender.registry.build_policy`.

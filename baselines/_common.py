@@ -1,10 +1,10 @@
-"""Helpers shared by every baseline (spec §1, §5, §6).
+"""Helpers shared by every baseline (docs/method.md §1, §5, §6).
 
 All baselines use the same budget scope (:class:`~contextrender.render.Scope`:
 the leading system prompt and the current user message are outside B), the
 session's one token counter, the one budget check
 (:func:`~contextrender.render.check_budget`) and the same project rules as
-ContextRender (spec §5):
+ContextRender (docs/method.md §5):
 
 - an omitted tool result keeps its tool call and shows the omission marker,
   whose tokens are charged to B;
@@ -75,7 +75,7 @@ def build(session: Session, scope: Scope, shown: Iterable[int], *, bodies: Mappi
 def finish(name: str, session: Session, scope: Scope, budget: int, shown: Iterable[int], *,
            visible: Iterable[int], usage: Usage, bodies: Mapping[int, str] | None = None,
            inserts: Mapping[int, list[dict[str, Any]]] | None = None, budgeted: bool = True) -> Rendered:
-    """Assemble, recount and :func:`~contextrender.render.seal`: the budget check (spec §5 postcondition)."""
+    """Assemble, recount and :func:`~contextrender.render.seal`: the budget check (docs/method.md §5 postcondition)."""
     assembled, tokens = build(session, scope, shown, bodies=bodies, inserts=inserts)
     return seal(name, budget, assembled, tokens, visible, usage, budgeted=budgeted)
 
@@ -103,7 +103,7 @@ class BasePolicy(Generic[StateT]):
     2. the policy's stored state is read (:meth:`prepare`);
     3. while Tok(H_full) ≤ B and the state has changed nothing yet
        (:meth:`pristine`), the full history is returned unchanged
-       (:func:`full_history`, spec §5 step 2) — unless the class turns the
+       (:func:`full_history`, docs/method.md §5 step 2) — unless the class turns the
        shortcut off (:attr:`full_when_fits`);
     4. otherwise the policy's own step, :meth:`compose`, which ends in
        :func:`finish` (directly or through a helper built on it): the prompt is
@@ -353,7 +353,7 @@ def window_layout(session: Session, scope: Scope, window: Sequence[int], room: i
     """Render ``window`` (uncovered history) within ``room`` tokens.
 
     Everything is shown as is (results in full or as their ``replaced`` text)
-    when it fits. Otherwise the spec §5 project rules apply inside the window:
+    when it fits. Otherwise the docs/method.md §5 project rules apply inside the window:
     :func:`fit_verbatim` keeps the user/assistant messages (dropping the oldest
     turns if they alone overflow) and results are shown newest first while
     they fit, the rest as markers. Returns (shown seqs, bodies, visible seqs).
@@ -398,7 +398,7 @@ class Stored(NamedTuple):
 
 
 class SummaryPolicy(BasePolicy[Stored]):
-    """Base of the summary policies: Compact, Recency + Summary and ACON (spec §6).
+    """Base of the summary policies: Compact, Recency + Summary and ACON (docs/method.md §6).
 
     A summary policy shows part of the history as one user-role summary
     message right after the system prompt — its :attr:`label` line, then the
@@ -483,7 +483,7 @@ class SummaryPolicy(BasePolicy[Stored]):
 
         ``bodies``: texts to use instead of stored contents (ACON's compressed
         observations). ``instructions``: the prompt template (default: the
-        spec §6 summary prompt; see :func:`~contextrender.compaction.fill`).
+        docs/method.md §6 summary prompt; see :func:`~contextrender.compaction.fill`).
         """
         text = summary_block(state.summary if state else None) + transcript_text(session, seqs, bodies)
         raw, usage = compact(session, self.compactor, text, cap, instructions=instructions)
@@ -532,6 +532,6 @@ class SummaryPolicy(BasePolicy[Stored]):
 
     def emit(self, session: Session, scope: Scope, budget: int, shown: Iterable[int], *, visible: Iterable[int],
              usage: Usage, bodies: Mapping[int, str] | None, summary: dict[str, Any] | None) -> Rendered:
-        """Assemble with the summary right after the system prompt, recount and check B (spec §5)."""
+        """Assemble with the summary right after the system prompt, recount and check B (docs/method.md §5)."""
         return finish(self.name, session, scope, budget, shown, visible=visible, usage=usage, bodies=bodies,
                       inserts={-1: [summary]} if summary else None)

@@ -1,4 +1,4 @@
-"""ACON-style history and observation compression (spec §6).
+"""ACON-style history and observation compression (docs/method.md §6).
 
 ACON compresses an agent's context with a natural-language guideline and a
 compressor model; the paper runs it with the authors' optimised guideline and
@@ -17,7 +17,7 @@ the ACON project.
   examples such as ``{"id": 1}``) are text; only ``{max_tokens}``, the cap
   placeholder of every compaction prompt, is filled in.
 - **Thresholds by benchmark.** ACON's own settings differ by benchmark
-  (spec §6): history 4096 / observation 1024 on AppWorld, 2048 / 400 on QA.
+  (docs/method.md §6): history 4096 / observation 1024 on AppWorld, 2048 / 400 on QA.
   A threshold of 0 (the default, ``conf/method/acon.yaml``) means "ACON's
   value for the benchmark": :func:`resolve_thresholds` fills it in from
   :data:`BENCHMARK_THRESHOLDS` (QA's for ``moqa8*``) where the benchmark is
@@ -42,7 +42,7 @@ the ACON project.
   threshold. It is a user-role message right after the system prompt.
 - **Same B.** Effective thresholds are min(threshold, B), so ACON never
   renders above B; if the summary plus the last turn still exceed B, the
-  spec §5 project rules apply to the last turn (results newest first while
+  docs/method.md §5 project rules apply to the last turn (results newest first while
   they fit, the others as omission markers; oldest messages dropped if the
   verbatim messages alone overflow).
 
@@ -83,7 +83,7 @@ OBSERVATION_KIND = "acon_observation"
 
 #: A threshold of 0 selects ACON's own value for the benchmark (see :func:`thresholds_for`).
 AUTO = 0
-#: ACON's own (history, observation) thresholds (spec §6): AppWorld's are the default.
+#: ACON's own (history, observation) thresholds (docs/method.md §6): AppWorld's are the default.
 APPWORLD_THRESHOLDS = (4096, 1024)
 QA_THRESHOLDS = (2048, 400)
 #: Benchmark-name prefix → ACON's thresholds there; the one table every caller resolves from.
@@ -234,7 +234,7 @@ class Acon(SummaryPolicy):
 
     def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
         """Compress large observations, then the history past its threshold (module docstring)."""
-        t_hist = min(self.history_threshold, budget)  # spec §6: same B for every method
+        t_hist = min(self.history_threshold, budget)  # docs/method.md §6: same B for every method
         t_obs = min(self.observation_threshold, budget)
         key, state = stored
         obs, usage = self._observations(session, uncovered(scope, state), t_obs, budget)

@@ -1,11 +1,11 @@
-"""Compact (LLM) (spec §6): when H > B, the compaction model compresses the history.
+"""Compact (LLM) (docs/method.md §6): when H > B, the compaction model compresses the history.
 
 Behaviour, modelled on the auto-compaction of coding agents:
 
 - While Tok(H_full) ≤ B the full history is returned unchanged.
 - The first time H > B, the *entire* history H_t (everything but the system
   prompt and the current user message, which stay outside B) is sent to the
-  compaction model with the spec §6 summary prompt
+  compaction model with the docs/method.md §6 summary prompt
   (:data:`~contextrender.compaction.SUMMARY_PROMPT`) and replaced by one
   summary message.
 - The summary is state: later turns are appended verbatim after it. When
@@ -27,7 +27,7 @@ Behaviour, modelled on the auto-compaction of coding agents:
 - A tool result whose call is already inside the summary is folded into the
   next summary at once rather than shown without its call.
 - If B cannot hold even the labelled summary, nothing is compacted and the
-  spec §5 project rules (markers, oldest turns dropped) apply instead.
+  docs/method.md §5 project rules (markers, oldest turns dropped) apply instead.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Compact(SummaryPolicy):
     def compose(self, session: Session, scope: Scope, budget: int, stored: Stored) -> Rendered:
         """Summary plus what it does not cover; everything is compacted once that exceeds B."""
         key, state = stored
-        # spec §6: when summary + uncovered history exceed B, all of it is compacted (cover to the end).
+        # docs/method.md §6: when summary + uncovered history exceed B, all of it is compacted (cover to the end).
         end = len(session)
         return self.compress_window(session, scope, budget, key, state, threshold=budget,
                                     max_tokens=int(self.summary_share * budget),

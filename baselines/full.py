@@ -1,7 +1,7 @@
-"""Full history (spec §6): no context management.
+"""Full history (docs/method.md §6): no context management.
 
 Every message is passed unchanged, even when the history exceeds B — the
-upper reference for task success and the cost normaliser (spec §7). It is the
+upper reference for task success and the cost normaliser (docs/method.md §7). It is the
 only policy with ``budgeted = False``; ``tokens`` still reports Tok(H_t) in
 the common scope so renders above B can be counted.
 """

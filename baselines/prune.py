@@ -1,9 +1,9 @@
-"""Prune (spec §6): keep the newest complete tool results that fit.
+"""Prune (docs/method.md §6): keep the newest complete tool results that fit.
 
 1. If Tok(H_full) ≤ B the full history is returned unchanged (the same
-   shortcut as spec §5 step 2).
+   shortcut as docs/method.md §5 step 2).
 2. Otherwise user and assistant messages are kept verbatim and charged first
-   (:func:`~contextrender.render.fit_verbatim`, spec §5 project rule); every
+   (:func:`~contextrender.render.fit_verbatim`, docs/method.md §5 project rule); every
    tool result starts as its omission marker, so its call stays paired.
 3. Results are visited newest → oldest; each one whose full text still fits B
    (measured on the assembled history) is kept. One that does not fit is

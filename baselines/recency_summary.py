@@ -1,9 +1,9 @@
-"""Recency + Summary (spec §6): recent complete results, older ones summarised.
+"""Recency + Summary (docs/method.md §6): recent complete results, older ones summarised.
 
 At invocation t, when Tok(H_full) > B (or once a summary exists):
 
 1. user and assistant messages are kept verbatim and charged first
-   (:func:`~contextrender.render.fit_verbatim`, spec §5 project rule); every
+   (:func:`~contextrender.render.fit_verbatim`, docs/method.md §5 project rule); every
    tool result starts as its omission marker, so calls stay paired;
 2. a share of B is reserved for the summary message: ``summary_share`` of B
    (default 0.25), or less if the verbatim messages leave less room;
@@ -14,7 +14,7 @@ At invocation t, when Tok(H_full) > B (or once a summary exists):
 4. every result older than the window is evicted (shown as its marker). The
    newly evicted ones are merged into the summary: the compaction model
    receives the previous summary followed by their text (with the calls that
-   produced them) and the same spec §6 summary prompt
+   produced them) and the same docs/method.md §6 summary prompt
    (:data:`~contextrender.compaction.SUMMARY_PROMPT`), capped to the
    reserved share. Summary and window together fit B.
 

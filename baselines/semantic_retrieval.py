@@ -1,9 +1,9 @@
-"""Semantic Retrieval (spec §6): recent results first, then the most similar ones.
+"""Semantic Retrieval (docs/method.md §6): recent results first, then the most similar ones.
 
 At invocation t, when Tok(H_full) > B:
 
 1. user and assistant messages are kept verbatim and charged first
-   (:func:`~contextrender.render.fit_verbatim`, spec §5 project rule); every
+   (:func:`~contextrender.render.fit_verbatim`, docs/method.md §5 project rule); every
    tool result starts as its omission marker;
 2. results from the ``recent_turns`` (3) most recent turns — produced by
    invocations t−1, t−2, t−3 — are visited newest first and kept while
@@ -11,7 +11,7 @@ At invocation t, when Tok(H_full) > B:
    assembled history fits B; one that does not fit is skipped, the next is
    tried;
 3. every other result (including recent ones step 2 skipped) is ranked by
-   cosine similarity between its stored embedding (spec §2) and the
+   cosine similarity between its stored embedding (docs/method.md §2) and the
    retrieval input — the latest user message plus the latest rendered
    assistant message (text and tool calls) — highest first, ties to the
    older result, and added while it fits B (skip and continue).
@@ -80,8 +80,8 @@ class SemanticRetrieval(LazyEmbedder, StatelessPolicy):
         return finish(self.name, session, scope, budget, trim.kept, visible=chosen, usage=usage, bodies=bodies)
 
     def retrieval_input(self, session: Session, scope: Scope, kept: set[int]) -> str:
-        """Latest user message + latest rendered assistant message (spec §6): ContextRender's f_t
-        (spec §4, :func:`~contextrender.render.focus_text`); "" when there is neither."""
+        """Latest user message + latest rendered assistant message (docs/method.md §6): ContextRender's f_t
+        (docs/method.md §4, :func:`~contextrender.render.focus_text`); "" when there is neither."""
         return focus_text(session, scope, kept) or ""
 
     def similarities(self, session: Session, scope: Scope, kept: set[int],

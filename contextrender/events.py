@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 #: ``developer`` is what current OpenAI SDKs send instead of ``system``; leading system and
-#: developer messages together are the system prompt (outside B, spec §A.4).
+#: developer messages together are the system prompt (outside B, docs/method.md §1).
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 #: Roles that make up the system prompt when they lead the transcript.
 SYSTEM_ROLES: frozenset[str] = frozenset({"system", "developer"})
@@ -177,7 +177,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens spent. ``embedding`` tokens are priced separately (spec §7, Eq. 3)."""
+    """Tokens spent. ``embedding`` tokens are priced separately (docs/method.md §7, Eq. 3)."""
 
     input: int = 0
     output: int = 0

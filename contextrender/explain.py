@@ -2,7 +2,7 @@
 
 One row per historical tool result at the next invocation: its size, age a_t,
 reuse c_t, relevance s_t, usefulness U_t, the similarity penalty D(r,S) at
-the step it was picked or lost (R = U − 0.5·D, spec §5), the greedy step that
+the step it was picked or lost (R = U − 0.5·D, docs/method.md §5), the greedy step that
 picked it, its form in the render, and the reason (``picked``, ``not a
 candidate``, ``did not fit``, ``outscored by <seq>``).
 """
@@ -35,7 +35,7 @@ def explain_table(sel: Selection, *, compare: Mapping[str, Rendered] | None = No
     compare = dict(compare or {})
     notes = dict(notes or {})
     if sel.shortcut:
-        return f"The full history fits B = {sel.budget}: every result is shown in full (spec §5 step 2)."
+        return f"The full history fits B = {sel.budget}: every result is shown in full (docs/method.md §5 step 2)."
     head = (f"{'seq':>4} {'tool':<30} {'tok':>5} {'age':>4} {'c_t':>5} {'s_t':>5} {'U_t':>6} {'D':>5} {'pick':>4} "
             f"{'form':<11} {'reason':<22}" + "".join(f" {name[:12]:<12}" for name in compare))
     lines = [head]

@@ -1,4 +1,4 @@
-"""The persistent context graph (spec §2, paper §3.1): the only store of history.
+"""The persistent context graph (docs/method.md §2, paper §3.1): the only store of history.
 
 One SQLite file (WAL mode) holds many sessions, one per task episode. Each
 session stores, in transcript order, its messages, tool calls, complete tool
@@ -69,7 +69,7 @@ class GraphError(RuntimeError):
     """The graph cannot take this input (diverged history, wrong encoding...)."""
 
 
-#: What an omitted result's tool message says (spec §5, project choice): a minimal fixed text.
+#: What an omitted result's tool message says (docs/method.md §5, project choice): a minimal fixed text.
 #: The tool call stays in its assistant message (so call/result pairing stays valid for provider
 #: APIs) and already names the tool, its arguments and the call id; the marker repeats none of
 #: it. It is charged to B like any other text. The same for every policy of the paper and this
@@ -85,7 +85,7 @@ class ToolResult:
     call_id: str
     call_seq: int | None  # seq of the assistant message that made the call (None if orphan)
     tool_name: str
-    invocation: int  # k: the invocation whose tool call produced it (spec §4, age = t − k)
+    invocation: int  # k: the invocation whose tool call produced it (docs/method.md §4, age = t − k)
     ntok: int  # Tok of the tool message with its full content
     marker_ntok: int  # Tok of the tool message carrying OMISSION_MARKER (the session's count)
     created_at: float
@@ -159,7 +159,7 @@ class ContextGraph:
             raise GraphError(f"{self.path}: graph schema v{row[0]}, this code reads v{SCHEMA_VERSION}")
         for name, cols in _TABLES.items():
             db.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols})")
-            # spec §2: nothing is ever deleted or rewritten.
+            # docs/method.md §2: nothing is ever deleted or rewritten.
             for op in ("UPDATE", "DELETE"):
                 db.execute(
                     f"CREATE TRIGGER IF NOT EXISTS {name}_no_{op.lower()} BEFORE {op} ON {name} "
@@ -244,7 +244,7 @@ class ContextGraph:
         """Per tool name, over the sessions in the file: how many results, and how many a later step reused.
 
         "Reused": Tool-Flow Analysis credited at least one later operation of the same session to the
-        result (spec §3) — a later tool call (``by_call``), the text of a later assistant message
+        result (docs/method.md §3) — a later tool call (``by_call``), the text of a later assistant message
         (``by_text``), either (``reused``). What a learning policy knows of the user's own tools
         (``contextrender_plus``); nothing here is fitted or shipped. Sessions in ``exclude`` are left
         out (a retried attempt's earlier tries). Incremental: each stored result and edge is read once
@@ -597,13 +597,13 @@ class Session:
                                  (self.id, seq))
         return [r[0] for r in rows]
 
-    # -- embeddings (spec §2: computed once per result and stored) ---------------
+    # -- embeddings (docs/method.md §2: computed once per result and stored) ---------------
 
     def result_embeddings(self, embedder: Any, seqs: Sequence[int]) -> tuple[np.ndarray, Usage]:
         """Unit embeddings of results ``seqs`` (rows in the given order).
 
         Missing ones are computed once (first ``embedder.max_chars`` characters,
-        spec §4) and stored; the returned usage counts only those newly computed.
+        docs/method.md §4) and stored; the returned usage counts only those newly computed.
         """
         model = embedder.name
         store = self._emb.get(model)

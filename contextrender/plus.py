@@ -16,22 +16,22 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   qualifying values (``session.result_values``, the TFA identifiers) — instead
   of the bare marker. Stubs are charged to B and are placed only in the budget
   left after full results are chosen (most useful first), so they never
-  displace a full result. A stub is NOT a visible result (spec §7).
+  displace a full result. A stub is NOT a visible result (docs/method.md §7).
 - ``tabular``: an omitted JSON result is shown in its tabular form
   (:mod:`contextrender.tabular`: every key and value, keys written once per table
   of same-shaped records — a product's variants in 0.44 of the tokens) when that fits
   the budget left after the full results; placed like stubs, before any lossy form
-  (compacted, stub). Not the original text, so NOT a visible result (spec §7).
+  (compacted, stub). Not the original text, so NOT a visible result (docs/method.md §7).
 - ``lexical`` (W_lex): a fourth usefulness term W_lex·(1 − exp(−k)), k = number
   of the result's qualifying values that occur as whole tokens (TFA matching)
   in the current user message or the latest rendered assistant message.
 - ``compact_omitted`` (needs a compactor): an omitted result larger than the
   oversized cap (``oversized_share``·B) is shown in its compacted form when
   that fits in the budget left after the full results — the paper compacts
-  only results larger than B (spec §5 step 5), so a result just under B is
+  only results larger than B (docs/method.md §5 step 5), so a result just under B is
   either shown whole or lost. Placed like stubs (most useful first, never
   displacing a full result), cached in the graph per (result, cap) like the
-  fallback's; never visible (spec §7). Results not compacted keep their stub.
+  fallback's; never visible (docs/method.md §7). Results not compacted keep their stub.
 - ``tool_prior`` (W_prior): a fifth usefulness term W_prior·P(tool), P(tool) = how often a result of
   that tool was reused at a later turn in TRAINING episodes (a per-tool prior fitted by
   experiments/studies/plus.py on train traces only and stored in the method config; read from the
@@ -529,7 +529,7 @@ class ContextRenderPlus(ContextRender):
                 options.append((form, "tabular"))
             has_ids = seq in out and out[seq][1] == "ids"
             if compact and not has_ids and int(st.arrays.ntok[i]) > cap:
-                if i in st.compacted:  # oversized: already compacted by the fallback (spec §5 step 5)
+                if i in st.compacted:  # oversized: already compacted by the fallback (docs/method.md §5 step 5)
                     options.append((st.compacted[i], "compacted"))
                 elif (not self.id_forms or self._compaction_known(session, seq, cap)
                       or current + MESSAGE_OVERHEAD + cap - now <= budget):

@@ -1,6 +1,6 @@
 """Call readiness: could the agent still make its next call with what the policy rendered?
 
-Recall (spec §7) asks whether a render kept the *results* later turns reuse, and it never counts
+Recall (docs/method.md §7) asks whether a render kept the *results* later turns reuse, and it never counts
 digit-only tokens, so it cannot see a render that hides the item id the very next call needs. Call
 readiness asks the question the offline oracle fails a task on, of any recorded run:
 

@@ -1,4 +1,4 @@
-"""Later-Used Result Recall (spec §7, paper §B.4).
+"""Later-Used Result Recall (docs/method.md §7, paper §B.4).
 
 On a recorded Full-history transcript, :func:`reuse_events` finds the events
 (j, r): assistant turn j contains an eligible token whose first appearance in
@@ -20,11 +20,11 @@ from typing import Any
 
 from contextrender.events import Message
 
-#: spec §7: tokens are maximal runs of this class.
+#: docs/method.md §7: tokens are maximal runs of this class.
 _TOKEN = re.compile(r"[A-Za-z0-9_]+")
-MIN_TOKEN_LEN = 6  # spec §7: ≥ 6 characters
+MIN_TOKEN_LEN = 6  # docs/method.md §7: ≥ 6 characters
 
-#: spec §7 age bins: ≤3, 4–10, 11–25, >25 turns.
+#: docs/method.md §7 age bins: ≤3, 4–10, 11–25, >25 turns.
 AGE_BINS: tuple[str, ...] = ("le3", "4_10", "11_25", "gt25")
 
 
@@ -39,7 +39,7 @@ def age_bin(age: int) -> str:
 
 
 def eligible(token: str) -> bool:
-    """spec §7: ≥ 6 chars and an uppercase letter or underscore (Titlecase words allowed, unlike TFA)."""
+    """docs/method.md §7: ≥ 6 chars and an uppercase letter or underscore (Titlecase words allowed, unlike TFA)."""
     return len(token) >= MIN_TOKEN_LEN and any(c == "_" or "A" <= c <= "Z" for c in token)
 
 
@@ -48,7 +48,7 @@ def eligible_tokens(text: str) -> set[str]:
 
 
 def turn_text(msg: Message) -> str:
-    """An assistant turn's text (spec §7): content, then each tool call's function name
+    """An assistant turn's text (docs/method.md §7): content, then each tool call's function name
     and raw arguments string exactly as emitted (JSON keys included, nothing decoded)."""
     parts = [msg.content]
     for call in msg.tool_calls:
@@ -67,7 +67,7 @@ class Event:
 
 
 class FirstAppearance:
-    """spec §7 attribution as a transcript grows, one message at a time: each eligible token's first
+    """docs/method.md §7 attribution as a transcript grows, one message at a time: each eligible token's first
     appearance over every message in order — the tool result it first appeared in, or None when a system,
     user or assistant message showed it first."""
 
@@ -158,7 +158,7 @@ def count_events(events: Iterable[Event]) -> RecallStats:
 
 
 def recall(events: Iterable[Event], visible_by_turn: Mapping[int, Iterable[int]]) -> RecallStats:
-    """Score events against the results visible before each turn (spec §7).
+    """Score events against the results visible before each turn (docs/method.md §7).
 
     ``visible_by_turn[j]``: seqs of results whose complete original text was in
     the context rendered immediately before assistant turn j. Every turn with

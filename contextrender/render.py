@@ -2,7 +2,7 @@
 
 A policy turns a :class:`~contextrender.graph.Session` into the history the
 model sees next: ``render(session, budget) -> Rendered``. The budget scope is
-the same for all policies (spec §1, §A.4): the leading system prompt and the
+the same for all policies (docs/method.md §1, §A.4): the leading system prompt and the
 current user message are outside B; everything else (the history H_t) is
 charged to B with the one :class:`~contextrender.tokens.TokenCounter`.
 :func:`check_budget` is the single budget check; a render above B raises.
@@ -11,7 +11,7 @@ Every render has the same two ends: :func:`start_render` (the budget
 refused if it is not a positive integer, then the :class:`Scope`) and
 :func:`seal` (the budget check on what was assembled, then the
 :class:`Rendered`); :func:`fits` is the test of the full-history shortcut
-(spec §5 step 2). The baselines' template (``baselines/_common.py``) and
+(docs/method.md §5 step 2). The baselines' template (``baselines/_common.py``) and
 ContextRender (``selector.py``) both use them. :func:`check_int`,
 :func:`check_share` and :func:`check_positive` are the argument checks of the
 policies' constructors.
@@ -42,7 +42,7 @@ class Rendered:
     history, current user message), OpenAI format. ``tokens``: Tok(H_t), the
     part charged to B. ``visible``: seqs of tool results whose complete,
     original text is in ``messages`` (compacted or summarised forms do not
-    count; spec §7). ``usage``: what the policy itself spent (summariser
+    count; docs/method.md §7). ``usage``: what the policy itself spent (summariser
     calls, embeddings) for the cost model. ``sources``: one entry per
     rendered message, the seq of the stored message it renders (its body may
     be a marker, a compacted form or a clipped task), or None for a message
@@ -79,7 +79,7 @@ def require_budget(budget: Any) -> int:
 
 
 def check_budget(tokens: int, budget: int, policy: str) -> None:
-    """The one budget check (spec §5 postcondition: Tok(H_t) ≤ B)."""
+    """The one budget check (docs/method.md §5 postcondition: Tok(H_t) ≤ B)."""
     if tokens > budget:
         raise BudgetExceeded(f"{policy} rendered {tokens} history tokens, budget is {budget}")
 
@@ -123,7 +123,7 @@ def check_positive(name: str, value: _Number, *, allow_zero: bool = False) -> _N
 
 @dataclass(frozen=True)
 class Scope:
-    """Which messages are charged to B (spec §1, §A.4).
+    """Which messages are charged to B (docs/method.md §1, §A.4).
 
     ``system``: the leading system messages (the system prompt). ``current``:
     the latest user message (None before any). ``history``: every other
@@ -155,15 +155,15 @@ class Scope:
         return session.total_tokens - outside
 
 
-#: spec §4: x, the task text in q_t, is the first user message clipped to this many characters.
+#: docs/method.md §4: x, the task text in q_t, is the first user message clipped to this many characters.
 TASK_CHARS = 2000
 
 
 def first_user(session: Session) -> tuple[int, Message] | None:
-    """The task's first user message and its seq (spec §4's x before clipping), or None before any.
+    """The task's first user message and its seq (docs/method.md §4's x before clipping), or None before any.
 
     It is also the one message the verbatim trim never drops and the only one
-    it may clip (spec §5 project choice, :func:`fit_verbatim`).
+    it may clip (docs/method.md §5 project choice, :func:`fit_verbatim`).
     """
     for seq, m in enumerate(session.messages):
         if m.role == "user":
@@ -183,7 +183,7 @@ def latest_assistant(session: Session, kept: Iterable[int]) -> int | None:
 
 
 def focus_text(session: Session, scope: Scope, kept: Iterable[int]) -> str | None:
-    """f_t (spec §4): the latest visible user message + the latest visible assistant message.
+    """f_t (docs/method.md §4): the latest visible user message + the latest visible assistant message.
 
     The latest visible user message is the current one (``scope.current``,
     always rendered); the assistant message is the latest one still rendered
@@ -193,7 +193,7 @@ def focus_text(session: Session, scope: Scope, kept: Iterable[int]) -> str | Non
     the two are joined by a newline. None when there is neither message (the
     text may still be "" when they are empty: the selector embeds it then,
     Semantic Retrieval does not). Semantic Retrieval's retrieval input
-    (spec §6) is the same text.
+    (docs/method.md §6) is the same text.
     """
     msgs = session.messages
     parts = []
@@ -273,7 +273,7 @@ def start_render(session: Session, budget: Any) -> Scope:
 
 
 def fits(session: Session, scope: Scope, budget: int) -> bool:
-    """Whether Tok(H_full) ≤ B: the test of the full-history shortcut (spec §5 step 2)."""
+    """Whether Tok(H_full) ≤ B: the test of the full-history shortcut (docs/method.md §5 step 2)."""
     return scope.full_tokens(session) <= budget
 
 
@@ -292,7 +292,7 @@ def seal(name: str, budget: int, assembled: Assembled, tokens: int, visible: Ite
 
 
 def marker_text(session: Session, seq: int) -> str:
-    """What omitted result ``seq`` leaves in its tool message: the fixed marker (spec §5, project choice)."""
+    """What omitted result ``seq`` leaves in its tool message: the fixed marker (docs/method.md §5, project choice)."""
     return OMISSION_MARKER
 
 
@@ -303,14 +303,14 @@ def text_message_tokens(counter: Any, text: str) -> int:
 
 @dataclass(frozen=True)
 class Trim:
-    """Result of fitting the verbatim messages into B (spec §5, project choice)."""
+    """Result of fitting the verbatim messages into B (docs/method.md §5, project choice)."""
 
     kept: tuple[int, ...]  # history seqs still rendered
     base_tokens: int  # Tok with every kept result as its marker
     clipped_first_user: str | None = None  # set only if the task message alone exceeds B
 
 
-#: Once the verbatim messages overflow B, trim them to this share of B (project choice, spec §5).
+#: Once the verbatim messages overflow B, trim them to this share of B (project choice, docs/method.md §5).
 TRIM_TARGET_SHARE = 0.5
 
 
@@ -333,7 +333,7 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
     """Charge user/assistant messages first; if they alone exceed B, drop the oldest turns.
 
     The paper does not say what gives when the verbatim messages exceed B
-    (spec §5). Project choice: drop whole units oldest first — a user message,
+    (docs/method.md §5). Project choice: drop whole units oldest first — a user message,
     or an assistant message together with its tool results, so call/result
     pairs never split — and never the first user message of the task — until
     they take at most ``target_share``·B. Trimming just to B would leave no

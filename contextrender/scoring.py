@@ -1,4 +1,4 @@
-"""The usefulness score U_t(r) (spec §4, paper §3.3 and §A.3).
+"""The usefulness score U_t(r) (docs/method.md §4, paper §3.3 and §A.3).
 
     U_t(r) = W_rec·exp(−λ·a_t(r)) + W_reuse·(1 − exp(−γ·c_t(r))) + W_rel·s_t(r)
 
@@ -15,7 +15,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Weights:
-    """(W_rec, W_rel, W_reuse). Ablations zero a weight without renormalising (spec §4)."""
+    """(W_rec, W_rel, W_reuse). Ablations zero a weight without renormalising (docs/method.md §4)."""
 
     recency: float = 1.0
     relevance: float = 1.0
@@ -24,13 +24,13 @@ class Weights:
 
 @dataclass(frozen=True)
 class ScoringParams:
-    """Every constant of spec §4–§5, with the paper's defaults."""
+    """Every constant of docs/method.md §4–§5, with the paper's defaults."""
 
     weights: Weights = Weights()
     lam: float = 0.3  # λ, recency decay per turn
     gamma: float = 0.2  # γ, reuse saturation
-    diversity: float = 0.5  # the 0.5 in R_t(r|S) = U_t(r) − 0.5·D(r,S)  (spec §5)
-    task_weight: float = 0.4  # weight of unit(emb(x)) in q_t  (spec §4)
+    diversity: float = 0.5  # the 0.5 in R_t(r|S) = U_t(r) − 0.5·D(r,S)  (docs/method.md §5)
+    task_weight: float = 0.4  # weight of unit(emb(x)) in q_t  (docs/method.md §4)
     focus_weight: float = 0.6  # weight of unit(emb(f_t)) in q_t
     task_chars: int = 2000  # x = first user message clipped to 2,000 chars
     result_chars: int = 8000  # emb(r) embeds the first 8,000 chars
@@ -60,7 +60,7 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 
 def query_vector(task_emb: np.ndarray, focus_emb: np.ndarray | None, p: ScoringParams) -> np.ndarray:
-    """q_t (spec §4). Without an assistant message yet, f_t is the user message alone."""
+    """q_t (docs/method.md §4). Without an assistant message yet, f_t is the user message alone."""
     q = p.task_weight * unit(task_emb)
     if focus_emb is not None:
         q = q + p.focus_weight * unit(focus_emb)

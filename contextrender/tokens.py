@@ -1,4 +1,4 @@
-"""The single token counter (spec §1: B is measured in tiktoken tokens).
+"""The single token counter (docs/method.md §1: B is measured in tiktoken tokens).
 
 Every policy, budget check and cost figure uses :class:`TokenCounter`. A
 message costs its content, its tool calls' names and raw argument strings, and

@@ -7,9 +7,9 @@ and collects, for every invocation, each tool result's state (full,
 compacted, omitted, stub, not rendered) with the scores behind it for the
 ContextRender family (age a_t, reuse c_t, relevance s_t, usefulness U_t, the
 similarity penalty D(r,S), the greedy pick, the reason). It adds the
-transcript, the Tool-Flow Analysis reuse edges (spec §3: each use linked back
+transcript, the Tool-Flow Analysis reuse edges (docs/method.md §3: each use linked back
 to the result it came from, labelled with the value) and the Later-Used
-Result Recall events of spec §7 with, per policy, whether each was hit, and the tool calls that
+Result Recall events of docs/method.md §7 with, per policy, whether each was hit, and the tool calls that
 needed a value only earlier tool results held, with, per policy, whether each was ready (call readiness:
 every such value visible in the render before it; docs/method.md).
 :func:`render_html` turns that into one HTML file with everything inline —

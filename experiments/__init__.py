@@ -3,7 +3,7 @@
 The checkout's ``experiments/`` folder, installed as ``contextrender.experiments``:
 
 - ``runtime/``: the runner (resumable jobs), the episode loop, the model layer, the oracle;
-- ``records/``: the record schema, the JSONL store and the cost model (spec §7);
+- ``records/``: the record schema, the JSONL store and the cost model (docs/method.md §7);
 - ``evaluation/``: trace files, Later-Used Result Recall, replay, the hindsight ceiling;
 - ``benchmarks/``: BFCL, AppWorld, 8-objective QA (and τ²-bench);
 - ``fixtures/``: hand-built scenarios (the paper's dinner bill);

@@ -17,7 +17,7 @@ import pandas as pd
 
 PAPER_CSV = Path(__file__).resolve().parent / "data" / "paper_results.csv"
 
-#: Metric names of Later-Used Result Recall in Table 2 (spec §7), by age bin.
+#: Metric names of Later-Used Result Recall in Table 2 (docs/method.md §7), by age bin.
 RECALL_METRIC = "later_used_recall"
 RECALL_AGE_METRICS = {b: f"later_used_recall_age_{b}" for b in ("le3", "4_10", "11_25", "gt25")}
 

@@ -8,7 +8,7 @@ Each directory holds ``<trace set>_B<budget>.json`` files written by
 budgets and methods on both sides; only the code differs). The table gives,
 per trace set and method, the recall at every budget before and after and the
 difference in points, and the mean difference per method over all sets.
-Used for the omission-marker change of issue 18 (results/markers/README.md
+Used for the omission-marker change (results/markers/README.md
 says how the two sides were produced).
 """
 

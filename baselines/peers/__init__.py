@@ -19,7 +19,7 @@ langchain_trim        LangChain ``trim_messages`` (strategy "last", no partial m
 tail_compaction       opencode / Codex compaction (summary, then the recent tail)
 ====================  ==========================================================================
 
-What every peer shares with every other method of the harness (spec §1, §5, §6):
+What every peer shares with every other method of the harness (docs/method.md §1, §5, §6):
 
 - **Budget scope and counter**: the leading system prompt and the current user message are
   outside B and always rendered; the rest (H_t) is counted with the session's one token
@@ -34,7 +34,7 @@ What every peer shares with every other method of the harness (spec §1, §5, §
   tool message is rendered without its call; a peer rule that would cut a unit (an assistant
   message and its results) keeps or drops it whole.
 - **Placeholders** are written exactly as the peer writes them; a peer without one (the
-  trimming and summarising peers) uses the project's omission marker (spec §5).
+  trimming and summarising peers) uses the project's omission marker (docs/method.md §5).
 - **Summaries** go through the compaction model layer of the summary baselines
   (:class:`~contextrender.compaction.ExtractiveCompactor` offline,
   :class:`~contextrender.compaction.LLMCompactor` live), with prompts filled by
@@ -58,7 +58,7 @@ B. Then, for that render only (the peer's state is not changed):
 1. the oldest results still shown in full are replaced by the peer's own placeholder (or the
    project's marker), oldest first, one at a time, until the history fits;
 2. if every result is a placeholder and it still does not fit, the verbatim-overflow rule of
-   every method (:func:`~contextrender.render.fit_verbatim`, spec §5) drops the oldest turns —
+   every method (:func:`~contextrender.render.fit_verbatim`, docs/method.md §5) drops the oldest turns —
    never the task's first user message, which it clips if that alone is too long.
 """
 

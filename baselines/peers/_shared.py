@@ -99,7 +99,7 @@ def enforce_budget(session: Session, scope: Scope, budget: int, shown: Iterable[
        first, one at a time, until the history fits (a result whose placeholder would not be
        shorter is left as it is).
     2. If every result is a placeholder and the history still exceeds B, the verbatim-overflow
-       rule of every method (:func:`~contextrender.render.fit_verbatim`, spec §5) drops the
+       rule of every method (:func:`~contextrender.render.fit_verbatim`, docs/method.md §5) drops the
        oldest turns — a user message, or an assistant message with its results — never the
        task's first user message, and clips that message if it alone is too long. It runs on
        the whole history with B less the summary and less what placeholders cost beyond the
@@ -149,7 +149,7 @@ def enforce_budget(session: Session, scope: Scope, budget: int, shown: Iterable[
 def render_layout(name: str, session: Session, scope: Scope, budget: int, shown: Iterable[int], *,
                   bodies: Mapping[int, str] | None = None, summary: Inserted | None = None,
                   placeholder: Placeholder, usage: Usage | None = None) -> Rendered:
-    """Pairing, the shared fallback, assembly and the one budget check (spec §5 postcondition)."""
+    """Pairing, the shared fallback, assembly and the one budget check (docs/method.md §5 postcondition)."""
     shown = paired(session, shown)
     shown, out_bodies, summary = enforce_budget(session, scope, budget, shown, dict(bodies or {}), summary,
                                                 placeholder)

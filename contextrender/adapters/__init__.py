@@ -1,11 +1,11 @@
-"""Adapters that put ContextRender in front of an agent's model calls (spec §9).
+"""Adapters that put ContextRender in front of an agent's model calls (docs/method.md §9).
 
 - :mod:`.http_client` — a small client for the server API (``contextrender serve``);
   :class:`~.http_client.InProcessClient` offers the same calls without HTTP.
 - :mod:`.smolagents` — :class:`ContextRenderModel`, a wrapper around any smolagents Model.
 - :mod:`.appworld` — :class:`ContextRenderTrimMixin`, overriding AppWorld ReAct's ``trimmed_messages``.
 - ``integrations/opencode/`` (repository root) — the opencode plugin.
-- :mod:`contextrender.proxy` — for runtimes that only speak the OpenAI API.
+- :mod:`contextrender.service.proxy` — for runtimes that only speak the OpenAI API.
 
 Submodules are imported on demand, so using one never imports another's framework.
 """

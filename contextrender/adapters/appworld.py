@@ -1,4 +1,4 @@
-"""AppWorld ReAct adapter: ``trimmed_messages`` rendered by ContextRender (spec §8, §9).
+"""AppWorld ReAct adapter: ``trimmed_messages`` rendered by ContextRender (docs/method.md §8, §9).
 
 AppWorld's ReAct agent (in its ``experiments`` code) keeps ``self.messages``
 — the instruction prefix (prompt and demonstrations, ``num_instruction_messages``
@@ -11,7 +11,7 @@ session and returns the rendered history, in AppWorld's own message dicts.
 Mapping (the paper: a tool result is "the execution output of one code block"):
 
 - the instruction prefix before the task message is sent as system messages,
-  so it is outside B like a system prompt (spec §1); the task message is the
+  so it is outside B like a system prompt (docs/method.md §1); the task message is the
   first user message (x in q_t);
 - each later assistant message becomes an assistant message with one
   synthetic tool call ``execute`` (id ``appworld-<n>``); its text stays the

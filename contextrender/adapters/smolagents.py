@@ -1,4 +1,4 @@
-"""smolagents adapter: a Model wrapper whose input goes through ContextRender (spec §9).
+"""smolagents adapter: a Model wrapper whose input goes through ContextRender (docs/method.md §9).
 
 smolagents rebuilds the model input from the agent's memory at every step
 (system prompt, task, then per step: the model output, a ``tool-call``
@@ -22,7 +22,7 @@ Graph mapping: a step's model output and its ``tool-call`` message form one
 assistant message (tool calls parsed from smolagents' ``Calling tools:``
 text, so ids and arguments are the real ones); the step's observation is the
 tool result of its first call; an error observation without a call stays a
-user message. Ages therefore count agent steps (spec §4). Without
+user message. Ages therefore count agent steps (docs/method.md §4). Without
 ``session_id`` the session key is derived from the system prompt and the
 task; re-running a task forks (``key~N``) as soon as the runs differ.
 Pass ``client=InProcessClient(ContextService(...))`` to skip HTTP.

@@ -1,1 +1,1 @@
-"""Offline evaluation: trace files, Later-Used Result Recall (spec §7), replay, the hindsight ceiling."""
+"""Offline evaluation: trace files, Later-Used Result Recall (docs/method.md §7), replay, the hindsight ceiling."""

@@ -1,7 +1,7 @@
 """The hindsight ceiling: the most reuse events any selector with the same budget scope could cover.
 
 Not a policy. At each turn it knows which results the recorded transcript
-reuses next (spec §7 events) and, with the same scope, verbatim trim and
+reuses next (docs/method.md §7 events) and, with the same scope, verbatim trim and
 markers as ContextRender, shows the smallest of those first while they fit —
 which maximises the number of shown reused results, i.e. that turn's recall.
 No policy that shares the scope and the verbatim trim can score higher, so
@@ -73,7 +73,7 @@ class HindsightCeiling(ContextRender):
 
 
 def reuse_by_turn(episode: Episode, events: Sequence[Event] | None = None) -> dict[int, set[int]]:
-    """Transcript index of each assistant turn -> the result seqs it reuses (spec §7 events;
+    """Transcript index of each assistant turn -> the result seqs it reuses (docs/method.md §7 events;
     ``events``: the episode's, when the caller has them)."""
     future: dict[int, set[int]] = {}
     for e in reuse_events(list(episode.messages)) if events is None else events:

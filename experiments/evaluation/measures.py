@@ -1,4 +1,4 @@
-"""Measures of the failure modes users report, for every method, in replay and in runs (issue 17).
+"""Measures of the failure modes users report, for every method, in replay and in runs.
 
 What users of other agent frameworks complain about in those projects' issue trackers: summaries
 drop exact identifiers, agents re-read what a compaction hid, summarising costs a prompt-cache
@@ -17,7 +17,7 @@ v is a qualifying value (:func:`~contextrender.tfa.extract_values`) of a tool re
 in the transcript, and v's first whole-token appearance in the transcript (system prompt, user
 messages, assistant content and calls, tool results, in order) is in r — its source, the first
 result containing it, as TFA attributes; a value first seen in the task or in an assistant
-message came from elsewhere and makes no use (recall's linking rule, spec §7). Each distinct
+message came from elsewhere and makes no use (recall's linking rule, docs/method.md §7). Each distinct
 (j, v) counts once; its age is j − k for the invocation k whose call produced r. The use
 *survives* when v occurs as a whole token (same rules) anywhere in the messages rendered
 before j — in full, in a summary, a compacted form, a placeholder or an assistant message
@@ -40,7 +40,7 @@ messages of render t − 1, over the tokens of every message of render t, both c
 session's token counter message by message (:meth:`~contextrender.tokens.TokenCounter.message`,
 as the offline oracle counts its cached prefix; tool schemas are not part of a render and are
 left out, as are the oracle's 1,024-token minimum and 128-token steps). This is what a
-provider's prefix cache can reuse, i.e. what drives ρ (spec §7). Reported as the mean share
+provider's prefix cache can reuse, i.e. what drives ρ (docs/method.md §7). Reported as the mean share
 over invocations (%), and token-weighted (Σ prefix / Σ input, %).
 
 **Call readiness** (:mod:`contextrender.readiness`; docs/method.md, "Call readiness"): a tool call of

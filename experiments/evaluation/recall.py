@@ -1,4 +1,4 @@
-"""Later-Used Result Recall (spec §7): the metric lives in the core (:mod:`contextrender.recall`), where the
+"""Later-Used Result Recall (docs/method.md §7): the metric lives in the core (:mod:`contextrender.recall`), where the
 session viewer uses it too; the harness's replay imports it from here."""
 
 from contextrender.recall import (

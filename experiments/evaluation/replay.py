@@ -1,4 +1,4 @@
-"""Replay recorded traces through context policies and measure Later-Used Result Recall (spec §7).
+"""Replay recorded traces through context policies and measure Later-Used Result Recall (docs/method.md §7).
 
     python -m contextrender.experiments.evaluation.replay traces=PATH budget=6000 methods=[contextrender,cr_recency] output=PATH
     contextrender replay PATH --budget 6000 --methods contextrender,cr_recency --output PATH
@@ -11,13 +11,13 @@ forced with ``trace_format=`` / ``--trace-format``; ``benchmark_name=`` /
 ``--benchmark`` names the benchmark they come from. The output records which
 files were read, their formats and episodes (``sources``), the benchmark the
 policies were configured for and the settings that depend on it
-(``benchmark``, ``method_settings``: ACON's thresholds, spec §6).
+(``benchmark``, ``method_settings``: ACON's thresholds, docs/method.md §6).
 
 For every episode and every assistant turn j, each policy sees exactly the
-messages before assistant message j (spec §7: selectors see only turns before
+messages before assistant message j (docs/method.md §7: selectors see only turns before
 j) and renders a history at budget B; the results it shows with their complete
 original text form V_j. Events come from the recorded transcript
-(:func:`experiments.recall.reuse_events`), recall pools events over all traces.
+(:func:`contextrender.recall.reuse_events`), recall pools events over all traces.
 
 Each method gets its own fresh graph session per episode (policies may store
 artifacts, and none may see another's), grown incrementally turn by turn as a
@@ -41,7 +41,7 @@ complete original text (else :class:`ReplayError`), and each render's history
 tokens are recounted from its messages for the over-budget count.
 
 Every render is also checked and measured for the failure modes users report
-(:mod:`~contextrender.experiments.evaluation.measures`, issue 17): pairing
+(:mod:`~contextrender.experiments.evaluation.measures`): pairing
 validity is asserted (a render that splits a tool call from its result raises
 :class:`~contextrender.experiments.evaluation.measures.PairingError`), and each
 method's summary carries ``measures`` — identifier survival overall and by age,
@@ -441,7 +441,7 @@ def method_configs(methods: Sequence[str], overrides: Mapping[str, Mapping[str, 
     """(name → method config, name → benchmark-dependent settings used) for registry methods.
 
     ``benchmark`` selects what depends on it — today ACON's thresholds
-    (:func:`contextrender.baselines.acon.resolve_thresholds`, spec §6); None
+    (:func:`contextrender.baselines.acon.resolve_thresholds`, docs/method.md §6); None
     means no benchmark is known (ACON: AppWorld's values).
     """
     from contextrender.baselines.acon import resolve_thresholds
@@ -507,7 +507,7 @@ def _shown_in_full(rendered: Rendered) -> set[tuple[Any, str]]:
 
 
 def check_visible(session: Session, rendered: Rendered, where: str) -> None:
-    """spec §7: r is visible only if its complete original text is in the render; enforce the claim."""
+    """docs/method.md §7: r is visible only if its complete original text is in the render; enforce the claim."""
     if not rendered.visible:
         return
     shown = _shown_in_full(rendered)
@@ -562,7 +562,7 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         tracker = MeasureTracker(counter)
         visible: dict[int, frozenset[int]] = {}
         for j, idx in enumerate(turns):
-            # spec §7: the selector sees exactly the messages before assistant message j.
+            # docs/method.md §7: the selector sees exactly the messages before assistant message j.
             _advance(session, msgs, idx)
             rendered = policy.render(session, budget)
             where = f"{name} on {episode.where or f'line {episode.line}'} (task {episode.task_id}) before turn {j}"
@@ -590,11 +590,11 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
 def likely_embedded_texts(episode: Episode, task_chars: int = 2000, budget: int | None = None) -> list[str]:
     """What relevance scoring will embed during the episode, to embed in large batches up front.
 
-    Every tool result (spec §2), the task x (first user message, clipped; spec
+    Every tool result (docs/method.md §2), the task x (first user message, clipped; spec
     §4) and, per turn, the focus f_t as the latest user plus latest assistant
     message. With ``budget``, only the turns where a policy scores relevance:
     those with a tool result before them whose full history exceeds B (every
-    policy shows the full history when it fits; spec §5 step 2), and x only if
+    policy shows the full history when it fits; docs/method.md §5 step 2), and x only if
     there is one. A policy that builds its queries differently just misses the
     memo for those: a wrong guess costs time, never a different result.
     """
@@ -619,7 +619,7 @@ def likely_embedded_texts(episode: Episode, task_chars: int = 2000, budget: int 
 
 
 def _over_budget_turns(msgs: Sequence[Message], budget: int) -> set[int]:
-    """Indices of the assistant messages before which the history (spec §1 scope, as
+    """Indices of the assistant messages before which the history (docs/method.md §1 scope, as
     :class:`~contextrender.render.Scope` draws it) holds a tool result and exceeds ``budget``."""
     counter = TokenCounter()
     n_sys = 0
@@ -796,7 +796,7 @@ def _shares_text(gaps: Mapping[str, float | None],
     return ", ".join(one(name, g) for name, g in gaps.items())
 
 
-#: What recall never counts, said next to every recall figure (spec §7's eligible tokens).
+#: What recall never counts, said next to every recall figure (docs/method.md §7's eligible tokens).
 RECALL_DIGIT_RULE = ("Recall counts only tokens of ≥ 6 characters of [A-Za-z0-9_] with an uppercase letter or an "
                      "underscore: digit-only ids, lower-case words and numbers never count, so a render that hides "
                      "the item id the next call needs can still score 100.")
@@ -849,7 +849,7 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         *_sources_lines(result),
         *readiness_lines(result),
         "",
-        f"Later-Used Result Recall (spec §7): {ev.events} events "
+        f"Later-Used Result Recall (docs/method.md §7): {ev.events} events "
         f"({', '.join(f'{_BIN_LABELS[b]}: {ev.events_by_age[b]}' for b in AGE_BINS)}). {RECALL_DIGIT_RULE}",
         "",
         "| method | recall | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)

@@ -1,7 +1,7 @@
 """Recorded agent traces: our JSONL, and the result files other harnesses write.
 
 An :class:`Episode` is one agent transcript as OpenAI chat messages — what a
-Full-history run saw and emitted; spec §7 computes Later-Used Result Recall on
+Full-history run saw and emitted; docs/method.md §7 computes Later-Used Result Recall on
 such transcripts. Four file formats are read (:data:`FORMATS`):
 
 ``contextrender``
@@ -138,7 +138,7 @@ def validate_messages(messages: Any, where: str) -> list[Message]:
 
     Beyond per-message format checks, every tool message must answer a tool
     call made by an earlier assistant message, since a result's invocation
-    (and so every age in spec §4/§7) comes from the call that produced it.
+    (and so every age in docs/method.md §4/§7) comes from the call that produced it.
     """
     if not isinstance(messages, list):
         raise TraceError(f"{where}: 'messages' must be a list, got {type(messages).__name__}")

@@ -1,1 +1,1 @@
-"""Episode records: the schema, the JSONL store and the cost model (spec §7)."""
+"""Episode records: the schema, the JSONL store and the cost model (docs/method.md §7)."""

@@ -1,4 +1,4 @@
-"""The paper's cost model (spec §7, Eq. 3) and cost comparisons.
+"""The paper's cost model (docs/method.md §7, Eq. 3) and cost comparisons.
 
     C = ([2(1−ρ) + 0.5ρ]·P + 8·O + 0.13·E) / 1e6    (USD per task)
 
@@ -22,12 +22,12 @@ INPUT_USD_PER_M = 2.0
 CACHED_INPUT_USD_PER_M = 0.5
 OUTPUT_USD_PER_M = 8.0
 EMBEDDING_USD_PER_M = 0.13
-#: The usage parts that C covers (spec §7); any other part (τ²'s ``user``) is spend only.
+#: The usage parts that C covers (docs/method.md §7); any other part (τ²'s ``user``) is spend only.
 COST_PARTS = ("agent", "compactor", "embeddings")
 
 
 def task_cost(input_tokens: int, output_tokens: int, embedding_tokens: int, rho: float) -> float:
-    """Eq. 3 for one task (spec §7)."""
+    """Eq. 3 for one task (docs/method.md §7)."""
     if not 0.0 <= rho <= 1.0:
         raise ValueError(f"cache fraction rho must be in [0, 1], got {rho}")
     per_input = INPUT_USD_PER_M * (1.0 - rho) + CACHED_INPUT_USD_PER_M * rho
@@ -49,7 +49,7 @@ def record_tokens(rec: Mapping[str, Any], parts: tuple[str, ...] | None = COST_P
 
 
 def cache_fraction(full_records: Iterable[Mapping[str, Any]]) -> float:
-    """ρ: cached input tokens / input tokens over Full-history runs (agent calls; spec §7)."""
+    """ρ: cached input tokens / input tokens over Full-history runs (agent calls; docs/method.md §7)."""
     cached = total = 0
     for rec in full_records:
         agent = rec["usage"].get("agent", {})
@@ -74,7 +74,7 @@ def upper_bound_cost(rec_usage: Mapping[str, Mapping[str, int]]) -> float:
 
 
 def comparison_set(full_records: Iterable[Mapping[str, Any]]) -> set[str]:
-    """T: task ids whose Full-history run exceeded B before some invocation (spec §7)."""
+    """T: task ids whose Full-history run exceeded B before some invocation (docs/method.md §7)."""
     return {r["task"] for r in full_records if r.get("exceeded_budget")}
 
 
@@ -85,14 +85,14 @@ def mean_cost(records: Iterable[Mapping[str, Any]], tasks: set[str], rho: float)
 
 
 def normalised_cost(method_mean: float | None, full_mean: float | None) -> float | None:
-    """mean_m / mean_Full — a ratio of means, not a mean of ratios (spec §7)."""
+    """mean_m / mean_Full — a ratio of means, not a mean of ratios (docs/method.md §7)."""
     if method_mean is None or not full_mean:
         return None
     return method_mean / full_mean
 
 
 def relative_change(cr: float | None, other: float | None) -> float | None:
-    """Table 1: (CR − m) / m (spec §7)."""
+    """Table 1: (CR − m) / m (docs/method.md §7)."""
     if cr is None or other is None or other == 0:
         return None
     return (cr - other) / other

@@ -14,7 +14,7 @@ benchmark's own) — a failure is never an answer string. Two kinds of rows:
 
 Records of schema 1 have no ``retryable`` field and are all outcomes, as
 they were when written. Lines are appended with one ``write`` on an
-``O_APPEND`` descriptor and fsynced (:mod:`experiments.jsonl`); a line torn by
+``O_APPEND`` descriptor and fsynced (:mod:`~contextrender.experiments.records.jsonl`); a line torn by
 a kill is moved to a quarantine file when the file is next opened for
 writing, so a killed run restarted with the same config loses nothing and
 duplicates nothing.
@@ -240,7 +240,7 @@ def mixed_config_notes(records: Iterable[Mapping[str, Any]]) -> list[str]:
 class RecordFile:
     """The writer of one job's records: thread-safe atomic appends; repaired when opened.
 
-    Opening repairs the file as :class:`experiments.jsonl.JsonlFile` does (a
+    Opening repairs the file as :class:`~contextrender.experiments.records.jsonl.JsonlFile` does (a
     torn tail or a corrupt line goes to ``<name>.quarantine``, nothing else is
     touched), so open a RecordFile only as the job's writer (the runner holds
     the job lock); readers use :func:`load_records`.

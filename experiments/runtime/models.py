@@ -1,7 +1,7 @@
 """The model layer: one ``complete(messages, tools) -> Completion`` for every model.
 
 - :class:`LiteLLMModel`: any provider through litellm, with the paper's decoding
-  (temperature 0, top-p 1, seed 42; spec §8), usage including cached input
+  (temperature 0, top-p 1, seed 42; docs/method.md §8), usage including cached input
   tokens, an on-disk response cache (a rerun costs nothing and replays the
   recorded usage, so costs do not depend on the cache), and retries with
   exponential backoff on rate limits and transient errors.

@@ -34,7 +34,7 @@ Usage is counted with the shared token counter as if the rendered input had
 been sent and the call generated. Cached input tokens simulate provider prefix
 caching (the unchanged message prefix since the previous call of the episode,
 counted when it reaches 1,024 tokens, in 128-token steps), which gives ρ of
-spec §7 a meaning offline.
+docs/method.md §7 a meaning offline.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class TraceFile:
         """Drop lines whose record was never written (killed in between) and repeats of a key.
 
         Unreadable lines are not dropped but moved to the quarantine file (see
-        :mod:`experiments.jsonl`); only the job's lock holder calls this.
+        :mod:`~contextrender.experiments.records.jsonl`); only the job's lock holder calls this.
         """
         seen: set[str] = set()
 
@@ -204,7 +204,7 @@ class MissingPackage(ImportError):
 
 
 def check_budget(value: Any) -> int:
-    """B as a positive whole number of tokens (spec §1), or :class:`JobConfigError` naming the value."""
+    """B as a positive whole number of tokens (docs/method.md §1), or :class:`JobConfigError` naming the value."""
     b: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         b = value
@@ -213,7 +213,7 @@ def check_budget(value: Any) -> int:
     elif isinstance(value, str) and value.strip().lstrip("-").isdigit():  # ${oc.env:...} resolves to a string
         b = int(value)
     if b is None or b <= 0:
-        raise JobConfigError(f"budget must be a positive whole number of tokens (spec §1), got {value!r}")
+        raise JobConfigError(f"budget must be a positive whole number of tokens (docs/method.md §1), got {value!r}")
     return b
 
 
@@ -276,7 +276,7 @@ def run_job(cfg: DictConfig) -> JobSummary:
     """Run every task of ``cfg.benchmark`` with ``cfg.method`` at ``cfg.budget``."""
     budget = check_budget(cfg.get("budget"))  # before anything is built or written
     benchmark = build(cfg.benchmark, "benchmark")
-    # ACON's thresholds depend on the benchmark (spec §6): its 0 (auto) values are filled in here,
+    # ACON's thresholds depend on the benchmark (docs/method.md §6): its 0 (auto) values are filled in here,
     # before the hash, so the hash and the policy see the numbers used (BFCL: 4096/1024, as always).
     acon_thresholds = resolve_thresholds(cfg.method, benchmark.name)
     model = build(cfg.model, "model")

@@ -1,4 +1,4 @@
-"""Per-invocation overhead of ContextRender at long horizons (spec §10).
+"""Per-invocation overhead of ContextRender at long horizons (docs/method.md §10).
 
 The paper leaves "per-invocation TFA and scoring overhead at long horizons"
 uncharacterised; this script measures it on synthetic sessions of 100, 1,000
@@ -43,7 +43,7 @@ Also reported: TFA scan throughput (MB/s of new tool-result text through
 history every invocation, then compute c_t) to the incremental one
 (new turn's ``add_result``/``add_operation`` + ``reuse_scores``).
 
-Replay speed (issue 18), written to ``results/bench/replay_speed.json``:
+Replay speed, written to ``results/bench/replay_speed.json``:
 
 - embedding throughput, texts/s, with the local MiniLM embedder and no cache
   (cold): the same texts embedded one at a time (``embed_documents([t])``, what
@@ -101,7 +101,7 @@ DEFAULT_RUNS = Path("results/runs")
 #: The recorded Full traces the replay part uses, half each (file name part → benchmark label).
 REPLAY_SETS = {"tau2_retail": "τ²-retail", "bfcl_multi_turn_long_context": "BFCL multi-turn long-context"}
 REPLAY_BUDGET = 2000  # the budget those traces were recorded at (oracle runs, B = 2000)
-REPLAY_TARGET_S = 120.0  # issue 18: a cold replay of 200 traces × 10 methods within 2 minutes on 2 cores
+REPLAY_TARGET_S = 120.0  # a cold replay of 200 traces × 10 methods within 2 minutes on 2 cores
 PRIMARY_BUDGET = 6000
 TARGETS_MS = {1000: 5.0, 10000: 50.0}  # median total per invocation (project performance goals)
 
@@ -366,7 +366,7 @@ def build_session(graph: ContextGraph, n: int, emb: PrecomputedEmbedder, wl: Wor
         session.add(asst)
         pending.append(session.add(tool))
         if len(pending) >= 500:
-            session.result_embeddings(emb, pending)  # computed once and stored (spec §2)
+            session.result_embeddings(emb, pending)  # computed once and stored (docs/method.md §2)
             emb.forget([session.message(s).content for s in pending])
             pending = []
     if pending:
@@ -490,7 +490,7 @@ def tfa_throughput(mb: float, seed: int, repeats: int = 3) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Replay speed (issue 18): embedding throughput one at a time vs batched, and cold / warm trace replay
+# Replay speed: embedding throughput one at a time vs batched, and cold / warm trace replay
 # --------------------------------------------------------------------------------------------------
 
 
@@ -662,7 +662,7 @@ def replay_speed(episodes: Sequence[Episode], methods: Sequence[str], embedder: 
 
 
 def speed_markdown(report: dict[str, Any]) -> str:
-    lines = ["Replay speed (issue 18)"]
+    lines = ["Replay speed"]
     thr = report.get("embedding_throughput")
     if thr:
         per = "; ".join(("" if n == "None" else f"{n} torch thread{'s' if n != '1' else ''}: ")
@@ -846,7 +846,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dim", type=int, default=256, help="HashingEmbedder dimension")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true", help="hide tqdm bars")
-    speed = ap.add_argument_group("replay speed (issue 18)")
+    speed = ap.add_argument_group("replay speed")
     speed.add_argument("--skip-overhead", action="store_true", help="leave out the per-invocation overhead part")
     speed.add_argument("--skip-embed", action="store_true", help="leave out the embedding throughput part")
     speed.add_argument("--skip-replay", action="store_true", help="leave out the cold/warm replay part (the longest)")

@@ -2,7 +2,7 @@
 
 ``python -m contextrender.experiments.studies.demo [--budget N] [--graph PATH] [--embedding local|hashing]``
 
-Records the dinner-bill transcript (spec §3.1) into a persistent context graph
+Records the dinner-bill transcript (docs/method.md §3.1) into a persistent context graph
 one message at a time, renders ContextRender before every invocation, and at
 the final invocation prints every tool result's scores (age, reuse c_t,
 relevance s_t, U_t, greedy pick) beside what Prune keeps under the same budget.
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         session = graph.session(f"dinner-bill-B{budget}")
         if len(session):
             _out(f"resuming the session stored in {graph_path}")
-        _out(f"Dinner-bill transcript (spec §3.1), history budget B = {budget} tokens, graph {graph_path}\n")
+        _out(f"Dinner-bill transcript (docs/method.md §3.1), history budget B = {budget} tokens, graph {graph_path}\n")
         _out(f"{'t':>3} {'Tok(H_full)':>11} {'rendered':>8} {'results shown':>14}   last tool call")
         for i, msg in enumerate(messages):
             if i < len(session):
@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         pr = prune.render(session, budget)
         _out(f"\nFinal invocation t = {t}: the request to Nancy. Tok(H_full) = "
              f"{Scope.of(session).full_tokens(session)}, B = {budget}.")
-        _out("Why each tool result is or is not rendered (U = recency + reuse + relevance, spec §4; "
-             "R = U − 0.5·D, spec §5):\n")
+        _out("Why each tool result is or is not rendered (U = recency + reuse + relevance, docs/method.md §4; "
+             "R = U − 0.5·D, docs/method.md §5):\n")
         _out(explain_table(sel, compare={"Prune": pr}, notes={DINNER_BILL_CONTACT_SEQ: "← contact search"}))
-        _out("\nReuse edges into the contact search (Tool-Flow Analysis, spec §3):")
+        _out("\nReuse edges into the contact search (Tool-Flow Analysis, docs/method.md §3):")
         for e in session.reuse_edges():
             if e.source == DINNER_BILL_CONTACT_SEQ:
                 where = "text" if e.part < 0 else f"tool call {e.part}"

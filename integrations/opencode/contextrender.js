@@ -1,5 +1,5 @@
 /**
- * ContextRender for opencode (spec §9): before every model call, the session's
+ * ContextRender for opencode (docs/method.md §9): before every model call, the session's
  * messages are sent to a ContextRender server and replaced by the history it
  * renders under the budget B.
  *

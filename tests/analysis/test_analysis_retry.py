@@ -1,4 +1,4 @@
-"""Infrastructure errors in analysis (issue 14, item 5): not scored, not in ρ or T, superseded by a rerun.
+"""Infrastructure errors in analysis: not scored, not in ρ or T, superseded by a rerun.
 
 Built on the hand-worked group of test_analysis_tables (ρ = 0.5, T = {a, b},
 Full 66.7, CR 100, Prune 33.3) plus retryable error rows that would change

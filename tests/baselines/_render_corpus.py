@@ -45,7 +45,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "compact_share": ("compact", {"summary_share": 0.3}),
     "recency_summary_share": ("recency_summary", {"summary_share": 0.5}),
     "semantic_retrieval_1turn": ("semantic_retrieval", {"recent_turns": 1, "recent_share": 0.3}),
-    # peer strategies (issue 17): options the shipped defaults leave cold
+    # peer strategies: options the shipped defaults leave cold
     "opencode_prune_all_turns": ("opencode_prune", {"skip_user_turns": 0}),
     "opencode_prune_absolute": ("opencode_prune", {"skip_user_turns": 0, "scale_to_budget": False}),
     "tail_compaction_codex": ("tail_compaction", {"codex": True}),

@@ -1,4 +1,4 @@
-"""The paper's motivating example (spec §3.1): reuse keeps Nancy's address in context.
+"""The paper's motivating example (docs/method.md §3.1): reuse keeps Nancy's address in context.
 
 With the real local embedder, at the final invocation of the dinner-bill
 transcript and the same B for every method, ContextRender keeps the contact

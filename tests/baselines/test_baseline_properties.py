@@ -1,7 +1,7 @@
 """Property: no budgeted policy ever renders above B, and renders are valid and deterministic.
 
 Covers every baseline, ContextRender and its three ablations, and every peer strategy
-(issue 17) with a few of their options, on random
+with a few of their options, on random
 transcripts rendered before every invocation (as an agent loop would), at
 random budgets including ones below the verbatim messages.
 """
@@ -21,7 +21,7 @@ from contextrender.registry import build_policy, method_config
 EMB = HashingEmbedder(dim=64)
 BUDGETED = ("prune", "semantic_retrieval", "compact", "recency_summary", "acon",
             "contextrender", "cr_recency", "cr_relevance", "cr_recency_relevance")
-#: The peer strategies (issue 17, baselines/peers/): same property, same transcripts.
+#: The peer strategies (baselines/peers/): same property, same transcripts.
 PEERS = ("openhands_masking", "openhands_summary", "openhands_forgetting", "inspect_edit", "inspect_trim",
          "clear_tool_uses", "opencode_prune", "swe_last_n", "langchain_trim", "tail_compaction")
 WORDS = ("the", "invoice", "status", "error", "total", "report", "server", "config", "naïve", "日本語",

@@ -1,4 +1,4 @@
-"""Full history, Prune and Semantic Retrieval: exact selections at a given B (spec §6)."""
+"""Full history, Prune and Semantic Retrieval: exact selections at a given B (docs/method.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compact, Recency + Summary and ACON: summaries, merging, usage and restart-resume (spec §6)."""
+"""Compact, Recency + Summary and ACON: summaries, merging, usage and restart-resume (docs/method.md §6)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_compact_summarises_the_whole_history_then_appends_and_recompacts():
     assert len(comp.calls) == 1
     text, cap, instructions = comp.calls[0]
     assert all(f"ORDER-{1000 + i}" in text for i in range(4)) and "Reconcile the orders." not in text
-    assert instructions is None  # the spec §6 summary prompt (SUMMARY_PROMPT) is the default
+    assert instructions is None  # the docs/method.md §6 summary prompt (SUMMARY_PROMPT) is the default
     assert cap + s.counter.text(COMPACT_LABEL + "\n") + 4 == budget // 2
     assert out.visible == frozenset()
     assert out.usage == comp.usages[0] and out.usage.input > 0 and out.usage.output > 0

@@ -1,4 +1,4 @@
-"""The peer strategies (issue 17, ``baselines/peers/``): each one's exact selection on a hand-made transcript.
+"""The peer strategies (``baselines/peers/``): each one's exact selection on a hand-made transcript.
 
 Every test builds a small transcript, picks B so that the full history exceeds it, and checks the
 render against the upstream rule of the peer — window, keep-N, protect/minimum thresholds,

@@ -1,10 +1,10 @@
-"""Every render of every policy stays exactly what it was before the issue-15 redesign.
+"""Every render of every policy stays exactly what it was before the policies were redesigned around Rendered.sources.
 
 The digests below were computed from the code at commit 0e8912d (before
 ``Rendered.sources``, the focus-text helper, the summary-policy base and the
 one prompt-template convention) by :func:`_render_corpus.all_digests`, and
 checked against a pristine export of that commit; the minimal omission
-marker (issue 18) changed them once on purpose (see :data:`EXPECTED`). Each digest covers, for one
+marker changed them once on purpose (see :data:`EXPECTED`). Each digest covers, for one
 policy variant on one transcript, every render at every budget in
 ``BUDGETS`` — the rendered messages (exact JSON), Tok(H_t), the sorted
 visible set and the usage — or the exception a render raised. A refactor that
@@ -36,9 +36,9 @@ from contextrender.render import Scope, first_user
 #: one per render point).
 RENDERS = 22320
 
-#: ``variant|transcript`` → digest of all its renders. Pinned at commit 0e8912d (before the issue-15
-#: redesign), extended with the peer strategies (issue 17), and recomputed once on purpose for issue 18:
-#: the omission marker became the minimal fixed ``[omitted]`` (spec §5), which changes every render
+#: ``variant|transcript`` → digest of all its renders. Pinned at commit 0e8912d (before that
+#: redesign), extended with the peer strategies, and recomputed once on purpose:
+#: the omission marker became the minimal fixed ``[omitted]`` (docs/method.md §5), which changes every render
 #: that omits a result — 201 of 374 sequences (every paper/project selector, and the peers whose
 #: shared fallback to B uses the marker); the 173 others (full, compact, the summarising peers, ...)
 #: are unchanged, and nothing else moved. Issue 18 deliverable 3 then re-aimed contextrender_plus (ours)
@@ -499,7 +499,7 @@ def source_errors(session: Any, out: Any) -> list[str]:
 
 
 #: Corpus variants of the paper's methods and this project's (not the peers, which keep their
-#: frameworks' own placeholders): an omitted result leaves exactly OMISSION_MARKER (spec §5).
+#: frameworks' own placeholders): an omitted result leaves exactly OMISSION_MARKER (docs/method.md §5).
 _NOT_PEERS = tuple(v for v, (m, _) in corpus.VARIANTS.items() if catalogue.catalogue()[m].kind != "peer")
 
 

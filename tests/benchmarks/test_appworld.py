@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 #: the dinner-bill budget at which reuse decides (see test_dinner_bill_*): the full
 #: history peaks near 4.9K tokens; at 1.9K the contacts result survives only by its reuse score.
-#: With the minimal omission marker (spec §5) the window where reuse decides is B = 1900–1950
+#: With the minimal omission marker (docs/method.md §5) the window where reuse decides is B = 1900–1950
 #: (ContextRender passes, the same selector without the reuse term fails); from 2000 up the room
 #: the cheaper markers free is enough for recency and relevance alone, and below 1900 for nobody.
 DINNER_BUDGET = 1900
@@ -143,7 +143,7 @@ def test_offline_tasks_pass_with_room_to_spare(offline_bench: AppWorldBenchmark,
 
 
 def test_dinner_bill_passes_with_reuse_and_fails_without(offline_bench: AppWorldBenchmark) -> None:
-    """At B=1900 only the reuse edges keep the roommates' contacts in view (spec §3.1)."""
+    """At B=1900 only the reuse edges keep the roommates' contacts in view (docs/method.md §3.1)."""
     kathryn, troy, nancy = ROOMMATE_EMAILS
     runs = {m: _play(offline_bench, "dinnerbill_1", m, DINNER_BUDGET)
             for m in _methods("full", "prune", "contextrender", "cr_recency_relevance")}

@@ -44,7 +44,7 @@ HIDDEN_VALUE_TASK = "multi_turn_long_context_7"
 
 
 def _policies() -> list[str]:
-    # ContextRender with a huge B renders the full history unchanged (spec §5 step 2);
+    # ContextRender with a huge B renders the full history unchanged (docs/method.md §5 step 2);
     # the Full-history baseline joins once conf/method/full.yaml exists.
     return ["contextrender"] + (["full"] if (CONF_DIR / "method" / "full.yaml").is_file() else [])
 

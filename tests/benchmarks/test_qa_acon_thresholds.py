@@ -1,4 +1,4 @@
-"""ACON's thresholds follow the benchmark (spec §6): QA's 2048/400 on moqa8*, AppWorld's 4096/1024 elsewhere."""
+"""ACON's thresholds follow the benchmark (docs/method.md §6): QA's 2048/400 on moqa8*, AppWorld's 4096/1024 elsewhere."""
 
 from __future__ import annotations
 

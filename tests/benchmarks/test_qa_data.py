@@ -106,7 +106,7 @@ def test_errors_name_file_and_line(tmp_path) -> None:
 
 # -- ACON's own nq_multi_8 files: eight questions joined by "; " in one string --------------
 
-#: The record from issue 16 (id and first two questions and alias lists exactly as given there),
+#: A record of the QA data (id and first two questions and alias lists exactly as given there),
 #: completed with six NaturalQuestions-style questions and their alias lists.
 NQ_MULTI8_QUESTIONS = [
     "where is the food stored in a yam plant?",

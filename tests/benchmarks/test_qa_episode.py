@@ -150,7 +150,7 @@ def test_full_history_oracle_scores_one(bench, graph) -> None:
         if full:
             out = bench.run_episode(task, _episode(graph, task, _policy(full), oracle, BUDGETED_LIMIT))
             assert out.score == {"f1": 1.0, "em": 1.0}
-        # ContextRender renders the full history whenever it fits (spec §5 step 2).
+        # ContextRender renders the full history whenever it fits (docs/method.md §5 step 2).
         out = bench.run_episode(task, _episode(graph, task, _policy("contextrender"), oracle, 100_000))
         assert out.score == {"f1": 1.0, "em": 1.0}
         assert "oracle_hidden" not in out.extra

@@ -1,4 +1,4 @@
-"""8-objective QA scoring (spec §7), hand-checked cases."""
+"""8-objective QA scoring (docs/method.md §7), hand-checked cases."""
 
 from __future__ import annotations
 

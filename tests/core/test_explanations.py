@@ -1,4 +1,4 @@
-"""ResultScore explanations: the similarity penalty D(r,S) and the reason behind every decision (spec §5)."""
+"""ResultScore explanations: the similarity penalty D(r,S) and the reason behind every decision (docs/method.md §5)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_every_score_is_consistent_with_the_greedy():
 def test_profile_hook_times_phases_without_changing_the_render():
     s, _ = _lost_to_similarity()
     cr = ContextRender(embedder=HashingEmbedder(dim=64))
-    cr.select(s, 290)  # embeds the results once (spec §2); both timed calls below then cost the same
+    cr.select(s, 290)  # embeds the results once (docs/method.md §2); both timed calls below then cost the same
     prof = Profile()
     a = cr.select(s, 290, explain=False, profile=prof)
     b = cr.select(s, 290, explain=False)

@@ -1,4 +1,4 @@
-"""Persistent context graph (spec §2): append-only SQLite, sessions, sync, validation, restart-resume."""
+"""Persistent context graph (docs/method.md §2): append-only SQLite, sessions, sync, validation, restart-resume."""
 
 from __future__ import annotations
 
@@ -239,7 +239,7 @@ def test_restart_resume_after_sigkill_equals_uninterrupted_build(tmp_path):
 
 
 def test_marker_cost_is_recounted_when_an_older_graph_is_opened(tmp_path, hashing_embedder):
-    """Graphs written before the marker became minimal (spec §5) store the old marker's count;
+    """Graphs written before the marker became minimal (docs/method.md §5) store the old marker's count;
     it is recounted on load, so an old file renders exactly like a new one."""
     from contextrender.graph import OMISSION_MARKER
     from contextrender.tokens import MESSAGE_OVERHEAD

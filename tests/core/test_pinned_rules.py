@@ -131,7 +131,7 @@ def test_recall_age_counts_from_the_invocation_that_made_the_call():
 
 
 def test_graph_result_invocation_is_the_calls_invocation():
-    # The same rule in the selector's ages (spec §4): a_t(r) = t − k for the call's invocation k.
+    # The same rule in the selector's ages (docs/method.md §4): a_t(r) = t − k for the call's invocation k.
     g = ContextGraph()
     s = g.session("late")
     s.extend([

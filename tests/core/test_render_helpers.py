@@ -1,4 +1,4 @@
-"""render.py's shared helpers: assemble's sources, the task message x and the focus text f_t (spec §4)."""
+"""render.py's shared helpers: assemble's sources, the task message x and the focus text f_t (docs/method.md §4)."""
 
 from __future__ import annotations
 

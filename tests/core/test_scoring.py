@@ -1,4 +1,4 @@
-"""Usefulness score U_t(r), ablation weights, ages and the query vector q_t (spec §4)."""
+"""Usefulness score U_t(r), ablation weights, ages and the query vector q_t (docs/method.md §4)."""
 
 from __future__ import annotations
 

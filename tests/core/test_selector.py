@@ -1,4 +1,4 @@
-"""ContextRender selection and budget accounting (spec §5, Algorithm 1)."""
+"""ContextRender selection and budget accounting (docs/method.md §5, Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -304,7 +304,7 @@ def test_without_compactor_an_oversized_result_is_never_rendered(hashing_embedde
 
 
 # ---------------------------------------------------------------------------------------------
-# The worked example (spec §3.1): reuse keeps Nancy's address in context at Turn 18
+# The worked example (docs/method.md §3.1): reuse keeps Nancy's address in context at Turn 18
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Tool-Flow Analysis: spec §3 extraction rules, matching, attribution, counting, Eq. 1."""
+"""Tool-Flow Analysis: docs/method.md §3 extraction rules, matching, attribution, counting, Eq. 1."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_rule5_file_paths_are_split_by_slashes_and_each_segment_tested():
 
 
 def test_worked_example_values_of_the_contacts_result():
-    # spec §3.1: Turn 8 search_contacts(relationship="roommate").
+    # docs/method.md §3.1: Turn 8 search_contacts(relationship="roommate").
     assert extract_values(CONTACTS) == {"troy_solo", "nancy.ritter", "gmail.com"}
     assert "Kathryn" not in extract_values(CONTACTS)  # Titlecase
     assert not {"Troy", "Nancy"} & extract_values(CONTACTS)  # too short

@@ -1,4 +1,4 @@
-"""The single token counter (spec §1) and the embedding backends (spec §4)."""
+"""The single token counter (docs/method.md §1) and the embedding backends (docs/method.md §4)."""
 
 from __future__ import annotations
 

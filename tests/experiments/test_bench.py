@@ -77,7 +77,7 @@ def test_naive_reuse_scores_match_flow_index(graph):
     assert bench.naive_reuse_scores(session) == expected
 
 
-# -- replay speed (issue 18) -------------------------------------------------------------------
+# -- replay speed -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def speed_run(tmp_path_factory):

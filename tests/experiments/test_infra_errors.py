@@ -1,4 +1,4 @@
-"""Infrastructure failures are not task failures (issue 14, item 5).
+"""Infrastructure failures are not task failures.
 
 A full disk or a model still rate-limited after its retries says nothing
 about the task: the runner records it ``status: "error", retryable: true``,

@@ -1,4 +1,4 @@
-"""Runner housekeeping (issue 14, item 10, harness part): one writer per job, resume keys,
+"""Runner housekeeping: one writer per job, resume keys,
 summaries after a resume, budgets, permissions, empty traces, redacted Hydra logs.
 
 Real Hydra composition, BFCL task data, the oracle, real files and real

@@ -1,4 +1,4 @@
-"""The failure-mode measures (issue 17; experiments/evaluation/measures.py) on hand-made transcripts,
+"""The failure-mode measures (experiments/evaluation/measures.py) on hand-made transcripts,
 in replay (every method, every trace set we have: pairing never breaks) and in runs."""
 
 from __future__ import annotations

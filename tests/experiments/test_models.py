@@ -55,7 +55,7 @@ def test_usage_tool_calls_and_decoding_params(scripted, tmp_path):
     c = m.complete(MSGS, tools=[{"type": "function", "function": {"name": "search", "parameters": {}}}])
     assert c.usage.input == 1500 and c.usage.output == 7 and c.usage.cached == 1024
     assert c.message["tool_calls"][0]["function"] == {"name": "search", "arguments": '{"q": "x"}'}
-    # spec §8: temperature 0, top-p 1, seed 42 reach the provider
+    # docs/method.md §8: temperature 0, top-p 1, seed 42 reach the provider
     sent = h.seen[0]
     assert sent["optional_params"].get("temperature") == 0.0 or sent.get("temperature") == 0.0
 

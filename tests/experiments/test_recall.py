@@ -1,4 +1,4 @@
-"""Later-Used Result Recall (spec §7), computed by hand on small transcripts."""
+"""Later-Used Result Recall (docs/method.md §7), computed by hand on small transcripts."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_recall_with_reselection_after_omission():
 
 
 def test_compacted_result_is_not_visible():
-    # A policy that shows result 2 only in compacted form leaves it out of V_j (spec §7),
+    # A policy that shows result 2 only in compacted form leaves it out of V_j (docs/method.md §7),
     # even though the compacted text may carry the token.
     ev = reuse_events(_long_trace([1]))
     assert recall(ev, {1: frozenset()}).pct == 0.0

@@ -1,4 +1,4 @@
-"""Record and trace files: repair moves, never deletes; reads never rewrite (issue 14, item 6).
+"""Record and trace files: repair moves, never deletes; reads never rewrite.
 
 Real files throughout: the bytes a kill or a disk error leaves behind are
 written by hand, then the real writers (RecordFile, TraceFile) and readers

@@ -1,4 +1,4 @@
-"""Replay's cross-trace embedding prefetch (issue 18) changes no number, only time.
+"""Replay's cross-trace embedding prefetch changes no number, only time.
 
 The same traces are replayed with every text embedded when a policy asks
 (``prefetch=0``), per trace (``prefetch=1``, the default of :func:`replay`) and

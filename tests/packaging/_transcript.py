@@ -1,7 +1,7 @@
 """A small, deterministic agent transcript (OpenAI format) that overflows a few-hundred-token budget.
 
 Each tool result carries an id that a later call reuses (a reuse event for
-Later-Used Result Recall, spec §7) plus filler, so budgeted policies must drop
+Later-Used Result Recall, docs/method.md §7) plus filler, so budgeted policies must drop
 some results and replay has events to score.
 """
 

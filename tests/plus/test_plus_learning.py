@@ -121,7 +121,7 @@ def test_id_forms_keep_what_the_next_call_needs_when_the_result_does_not_fit():
         [c] = transcript_needs(msgs)[1]
         assert on.tokens <= budget and off.tokens <= budget
         assert RenderedText.of(on.messages).missing(c) == () and RenderedText.of(off.messages).missing(c)
-        assert 2 not in on.visible  # an id form is never the complete original text (spec §7)
+        assert 2 not in on.visible  # an id form is never the complete original text (docs/method.md §7)
 
 
 def test_id_form_of_json_and_of_other_text():

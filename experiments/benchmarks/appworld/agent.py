@@ -12,7 +12,7 @@ Mapping onto the harness:
 
 * each turn's code is a call of the ``execute`` tool (argument ``code``); its
   execution output is that call's tool result — the unit ContextRender scores
-  (spec §1). Models without tool calling may instead put the code in a fenced
+  (docs/method.md §1). Models without tool calling may instead put the code in a fenced
   ``python`` block: it is executed the same way and its output is stored as a
   tool result of that turn (an orphan result in the graph); the provider then
   sees it as a user message ``Output: ...`` (:class:`ProviderView`);
@@ -21,7 +21,7 @@ Mapping onto the harness:
   ``offline.py``; some models emit lists of lines);
 * the history the model sees is whatever the active policy renders under B
   (``episode.step``) — exactly where AppWorld's agent trims its messages
-  (its ``trimmed_messages``, spec §8);
+  (its ``trimmed_messages``, docs/method.md §8);
 * the loop ends when the world reports the task completed, when the model
   stops writing code (after one reminder), at ``max_steps``, or when the
   episode raises a step/cost limit; the caller evaluates in every case.

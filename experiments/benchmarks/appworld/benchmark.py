@@ -31,7 +31,7 @@ from contextrender.experiments.runtime.episode import Episode
 
 __all__ = ["AppWorldBenchmark", "AppWorldTask", "DATASETS", "scenario_goal_completion"]
 
-#: dataset name → benchmark name; the paper runs all 168 Test-Normal and 417 Test-Challenge tasks (spec §8)
+#: dataset name → benchmark name; the paper runs all 168 Test-Normal and 417 Test-Challenge tasks (docs/method.md §8)
 DATASETS = {
     "test_normal": "appworld_test_normal",
     "test_challenge": "appworld_test_challenge",

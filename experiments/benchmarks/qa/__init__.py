@@ -1,4 +1,4 @@
-"""8-objective QA (ACON's multi-objective QA; paper §4, spec §7–§8).
+"""8-objective QA (ACON's multi-objective QA; paper §4, docs/method.md §7–§8).
 
 * :class:`MultiObjectiveQA` (``moqa8``): ACON's ``nq_multi_8`` task files and a
   Search-R1-style ``/retrieve`` server (see README.md in this package).

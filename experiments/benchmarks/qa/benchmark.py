@@ -4,7 +4,7 @@ Both run the same agent (:mod:`.agent`): a smolagents ``CodeAgent`` with
 ``wikipedia_search(query, n_results=3)`` against a Search-R1-style
 ``/retrieve`` server, answers in question order separated by ``;`` through
 ``final_answer``, no own knowledge, at most 30 steps with the remaining count
-shown after each observation (ACON's QA protocol, spec §8). Scoring is spec §7
+shown after each observation (ACON's QA protocol, docs/method.md §8). Scoring is docs/method.md §7
 (:mod:`.scoring`).
 """
 

@@ -1,4 +1,4 @@
-"""8-objective QA scoring (spec §7).
+"""8-objective QA scoring (docs/method.md §7).
 
 The agent's answer is one string; it is split on ``;`` and position ``i`` is
 scored against the aliases of question ``i``. Each position gets the best
@@ -64,7 +64,7 @@ class QAScore:
 
 
 def score_answer(answer: str | None, aliases: Sequence[Sequence[str]]) -> QAScore:
-    """Score one task's answer string against ``aliases[i]`` for question ``i`` (spec §7)."""
+    """Score one task's answer string against ``aliases[i]`` for question ``i`` (docs/method.md §7)."""
     if not aliases:
         raise ValueError("a task needs at least one question")
     parts = split_answers(answer)

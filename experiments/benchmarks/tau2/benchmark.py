@@ -77,7 +77,7 @@ class _Log:
     Profile (per episode): tool calls, tool errors, tool-output tokens (the shared
     counter) and characters, and the largest history before an invocation —
     Tok(H_full) as the episode measured it, and its characters (history: every
-    message but the system prompt and the current user message, spec §1).
+    message but the system prompt and the current user message, docs/method.md §1).
     """
 
     def __init__(self, episode: Episode) -> None:

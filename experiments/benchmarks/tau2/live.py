@@ -19,7 +19,7 @@ is ``LLMAgent.system_prompt``; :func:`.environment.tool_schemas` is what
 and tool calls, tool results), the policy renders it under B, and the model
 layer calls the provider. What still differs from τ²'s agent:
 
-* decoding: the paper's settings (temperature 0, top-p 1, seed 42; spec §8)
+* decoding: the paper's settings (temperature 0, top-p 1, seed 42; docs/method.md §8)
   instead of ``tau2 run``'s (temperature 0, seed 300);
 * ``generate`` sends ``tool_choice="auto"`` with tools; the harness sends no
   ``tool_choice``, which OpenAI-compatible APIs take as ``auto``;
@@ -60,7 +60,7 @@ unaffected.
 ``user`` usage part (``Episode.add_usage``), reported apart from ``agent``,
 ``compactor`` and ``embeddings`` in the record. It counts toward the per-task
 spend cap (``limits.max_task_cost_usd``) and the record's ``cost_upper_usd``
-(so the sweep cap), because it is money spent; it is **not** in spec §7's cost
+(so the sweep cap), because it is money spent; it is **not** in docs/method.md §7's cost
 C (nor ρ): C compares what context methods cost, and the simulator is the
 benchmark's environment — it sees the whole conversation (no context policy),
 the paper's QA and AppWorld setups have no LLM user, and adding a near-constant
