@@ -128,6 +128,110 @@ def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
         cache.popitem(last=False)
 
 
+@dataclass
+class _Step:
+    """The upgrades open at one step of :meth:`ContextRenderPlus._upgrade`: their costs, values and feasibility."""
+
+    to_full_dc: np.ndarray
+    to_full_dv: np.ndarray
+    to_ids_dc: np.ndarray
+    to_ids_dv: np.ndarray
+    f_ok: np.ndarray
+    i_ok: np.ndarray
+
+
+@dataclass
+class _Plan:
+    """The knapsack over (marker, id form, full) for each candidate, as :meth:`ContextRenderPlus._upgrade` builds it."""
+
+    st: Stage
+    ids: np.ndarray  # Tok of each result's id form (no more than its full text)
+    beta: np.ndarray  # what an id form is worth as a share of U
+    full_cost: np.ndarray  # Tok of the full (or, oversized, compacted) tool message
+    has_ids: np.ndarray
+    no_full: np.ndarray  # oversized results with an id form: their compacted form only if that does not fit
+    form: np.ndarray  # 0 marker, 1 id form, 2 full
+    dmax: np.ndarray  # D(r, S) over the results shown in full
+    current: int
+    picks: list[tuple[int, float]]
+    total: float = 0.0
+    lost_to: np.ndarray | None = None
+    lost_sim: np.ndarray | None = None
+    pick_sim: np.ndarray | None = None
+
+    @staticmethod
+    def start(st: Stage, ids: np.ndarray, beta: np.ndarray, trace: bool) -> _Plan:
+        n = len(st.results)
+        full_cost = st.marker_cost + st.delta
+        # An oversized result's "full" option is its compacted form, which keeps fewer of the values calls need
+        # than its id form: with an id form, that is its option.
+        oversized = np.zeros(n, dtype=bool)
+        oversized[list(st.compacted)] = True
+        no_full = oversized & (ids < st.arrays.ntok)
+        return _Plan(st, ids, beta, full_cost, (ids < full_cost) | no_full, no_full, np.zeros(n, dtype=np.int8),
+                     np.zeros(n, dtype=np.float64), st.base_tokens, [],
+                     lost_to=np.full(n, -1, dtype=np.int64) if trace else None,
+                     lost_sim=np.zeros(n, dtype=np.float64) if trace else None,
+                     pick_sim=np.zeros(n, dtype=np.float64) if trace else None)
+
+    def candidates(self, budget: int, diversity: float) -> _Step | None:
+        """The upgrades that fit now, or None when none does."""
+        st, form, g = self.st, self.form, self.st.util
+        now_cost = np.where(form == 1, self.ids, st.marker_cost)
+        now_val = np.where(form == 1, self.beta * g, 0.0)
+        step = _Step(self.full_cost - now_cost, g - diversity * self.dmax - now_val, self.ids - st.marker_cost,
+                     self.beta * g, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+        open_ = st.cand & (form < 2)
+        step.i_ok = open_ & (form == 0) & self.has_ids & (self.current + step.to_ids_dc <= budget)
+        step.f_ok = open_ & ~(self.no_full & (step.i_ok | (form == 1))) & (self.current + step.to_full_dc <= budget)
+        return step if (step.f_ok.any() or step.i_ok.any()) else None
+
+    def keys(self, step: _Step, mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """Each open upgrade's rank (−inf where closed) for the plan's mode."""
+        g = self.st.util
+        if mode == "floor":
+            # The floor first: every result's values — its id form, or its full text when that is no longer
+            # than its id form — most useful first; only then full texts on top of id forms.
+            floor_full = step.f_ok & (self.form == 0) & ~self.has_ids
+            if step.i_ok.any() or floor_full.any():
+                step.f_ok = floor_full
+                return np.where(step.f_ok, g, -np.inf), np.where(step.i_ok, g, -np.inf)
+        if mode == "dense":
+            kf, ki = _per_token(step.to_full_dv, step.to_full_dc), _per_token(step.to_ids_dv, step.to_ids_dc)
+        else:
+            kf, ki = step.to_full_dv.astype(np.float64), (step.to_ids_dv * np.ones(len(g))).astype(np.float64)
+        return np.where(step.f_ok, kf, -np.inf), np.where(step.i_ok, ki, -np.inf)
+
+    def to_full(self, i: int, step: _Step, diversity: float) -> None:
+        if self.lost_to is not None and self.lost_sim is not None and self.pick_sim is not None:
+            losers = step.f_ok.copy()
+            losers[i] = False
+            self.lost_to[losers] = i
+            self.lost_sim[losers] = self.dmax[losers]
+            self.pick_sim[i] = self.dmax[i]
+        self.picks.append((i, float(self.st.util[i] - diversity * self.dmax[i])))
+        self.total += float(step.to_full_dv[i])
+        self.current += int(step.to_full_dc[i])
+        self.form[i] = 2
+        if diversity != 0.0:
+            np.maximum(self.dmax, matvec(self.st.embs, self.st.embs[i]), out=self.dmax)
+
+    def to_ids(self, i: int, step: _Step) -> None:
+        self.total += float(step.to_ids_dv[i])
+        self.current += int(step.to_ids_dc[i])
+        self.form[i] = 1
+
+    def choice(self) -> Choice:
+        reserved = {int(i): "ids" for i in np.flatnonzero(self.form == 1).tolist()}
+        return Choice(self.form == 2, self.picks, self.total, self.lost_to, self.lost_sim, self.pick_sim, reserved)
+
+
+def _per_token(dv: np.ndarray, dc: np.ndarray) -> np.ndarray:
+    """Value per token (the dense order); an upgrade that costs nothing comes first, a losing one by its loss."""
+    cost = np.maximum(dc, 1).astype(np.float64)
+    return np.where(dv > 0, np.where(dc <= 0, np.inf, dv / cost), dv * cost)
+
+
 class ContextRenderPlus(ContextRender):
     """ContextRender with a per-tool reuse prior, lexical relevance, packing, and tabular forms, stubs and
     compacted forms for omitted results — each a switch (see the module docstring)."""
@@ -261,90 +365,25 @@ class ContextRenderPlus(ContextRender):
 
     def _upgrade(self, session: Session, st: Stage, ids: np.ndarray, budget: int, diversity: float, mode: str,
                  trace: bool) -> Choice:
-        """Greedy upgrades of each candidate: marker → id form (worth ``id_value``·U) → full (worth U − 0.5·D,
-        the paper's gain), the best upgrade that fits first (by value, or by value per token), until none fits.
+        """Greedy upgrades of each candidate: marker → id form (worth β·U) → full (worth U − 0.5·D, the paper's
+        gain), the best upgrade that fits first — by value (``plain``), by value per token (``dense``), or every
+        result's values first, most useful first (``floor``) — until none fits.
 
         An id form no shorter than the full text is never an option (the full text is). Ties → older result.
         """
-        n = len(st.results)
-        beta = self.id_values(session, st)
-        full_cost = st.marker_cost + st.delta  # the full (or, oversized, compacted) tool message
-        has_ids = ids < full_cost
-        # An oversized result's "full" option is its compacted form, which keeps less of what calls need
-        # than its id form: with an id form, that is its option.
-        oversized = np.zeros(n, dtype=bool)
-        oversized[list(st.compacted)] = True
-        no_full = oversized & (ids < st.arrays.ntok)
-        has_ids = has_ids | no_full
-        form = np.zeros(n, dtype=np.int8)  # 0 marker, 1 id form, 2 full
-        dmax = np.zeros(n, dtype=np.float64)
-        current = st.base_tokens
-        picks: list[tuple[int, float]] = []
-        total = 0.0
-        lost_to = np.full(n, -1, dtype=np.int64) if trace else None
-        lost_sim = np.zeros(n, dtype=np.float64) if trace else None
-        pick_sim = np.zeros(n, dtype=np.float64) if trace else None
-        g = st.util
+        plan = _Plan.start(st, ids, self.id_values(session, st), trace)
         while True:
-            now_cost = np.where(form == 1, ids, st.marker_cost)
-            now_val = np.where(form == 1, beta * g, 0.0)
-            to_full_dc = full_cost - now_cost
-            to_full_dv = g - diversity * dmax - now_val
-            to_ids_dc = ids - st.marker_cost
-            to_ids_dv = beta * g
-            open_ = st.cand & (form < 2)
-            i_ok = open_ & (form == 0) & has_ids & (current + to_ids_dc <= budget)
-            # an oversized result's compacted form only when its id form does not fit (it keeps fewer values)
-            f_ok = open_ & ~(no_full & (i_ok | (form == 1))) & (current + to_full_dc <= budget)
-            if not (f_ok.any() or i_ok.any()):
+            step = plan.candidates(budget, diversity)
+            if step is None:
                 break
-            in_floor = False
-            if mode == "floor":
-                # The floor first: every result's values — its id form, or its full text when that is no longer
-                # than its id form — most useful first; only then full texts on top of id forms.
-                floor_full = f_ok & (form == 0) & ~has_ids
-                if i_ok.any() or floor_full.any():
-                    in_floor = True
-                    f_ok = floor_full
-                    kf = np.where(f_ok, g, -np.inf)
-                    ki = np.where(i_ok, g, -np.inf)
-            if not in_floor:
-                if mode == "dense":
-                    cost_f = np.maximum(to_full_dc, 1).astype(np.float64)
-                    cost_i = np.maximum(to_ids_dc, 1).astype(np.float64)
-                    kf = np.where(to_full_dv > 0, np.where(to_full_dc <= 0, np.inf, to_full_dv / cost_f),
-                                  to_full_dv * cost_f)
-                    ki = np.where(to_ids_dv > 0, np.where(to_ids_dc <= 0, np.inf, to_ids_dv / cost_i),
-                                  to_ids_dv * cost_i)
-                else:
-                    kf, ki = to_full_dv.astype(np.float64), (to_ids_dv * np.ones(n)).astype(np.float64)
-                kf = np.where(f_ok, kf, -np.inf)
-                ki = np.where(i_ok, ki, -np.inf)
+            kf, ki = plan.keys(step, mode)
             i_f, i_i = int(np.argmax(kf)), int(np.argmax(ki))
             # the better of the two upgrades; on a tie the older result, then the lighter form
             if kf[i_f] > ki[i_i] or (kf[i_f] == ki[i_i] and i_f < i_i):
-                i = i_f
-                if trace:
-                    assert lost_to is not None and lost_sim is not None and pick_sim is not None
-                    losers = f_ok.copy()
-                    losers[i] = False
-                    lost_to[losers] = i
-                    lost_sim[losers] = dmax[losers]
-                    pick_sim[i] = dmax[i]
-                gain = float(g[i] - diversity * dmax[i])
-                total += float(to_full_dv[i])
-                current += int(to_full_dc[i])
-                form[i] = 2
-                picks.append((i, gain))
-                if diversity != 0.0:
-                    np.maximum(dmax, matvec(st.embs, st.embs[i]), out=dmax)
+                plan.to_full(i_f, step, diversity)
             else:
-                i = i_i
-                total += float(to_ids_dv[i])
-                current += int(to_ids_dc[i])
-                form[i] = 1
-        reserved = {int(i): "ids" for i in np.flatnonzero(form == 1).tolist()}
-        return Choice(form == 2, picks, total, lost_to, lost_sim, pick_sim, reserved)
+                plan.to_ids(i_i, step)
+        return plan.choice()
 
     # -- the extension points ---------------------------------------------------------
 
