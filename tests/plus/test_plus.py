@@ -260,7 +260,7 @@ def test_fitted_prior_is_read_from_config_not_from_data(monkeypatch):
     """The fitted prior comes from conf/method/contextrender_plus_fitted.yaml; rendering never fits or reads traces."""
     from omegaconf import OmegaConf
 
-    from contextrender.experiments.studies import plus_fitted as study
+    from contextrender.experiments.studies import plus_fitted_data, plus_fitted_fit
 
     cfg = method_config("contextrender_plus_fitted")
     want = {str(k): float(v) for k, v in OmegaConf.to_container(cfg.tool_prior).items()}
@@ -271,8 +271,8 @@ def test_fitted_prior_is_read_from_config_not_from_data(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the prior must not be fitted at render time")
 
-    monkeypatch.setattr(study, "fit_tool_prior", boom)
-    monkeypatch.setattr(study, "read_traces", boom)
+    monkeypatch.setattr(plus_fitted_fit, "fit_tool_prior", boom)
+    monkeypatch.setattr(plus_fitted_data, "read_traces", boom)
     msgs = _two_tools()
     r = p.render(_session(msgs, "cfg"), 200)
     assert r.tokens <= 200
