@@ -8,7 +8,8 @@
     client.contextrender.last.tokens  # what the last call sent, in history tokens (≤ 6000)
 
 It is the OpenAI proxy (:mod:`contextrender.service.proxy`) without the HTTP
-hop, over the same in-process :class:`~contextrender.service.server.ContextService`.
+hop, over the same in-process :class:`~contextrender.service.sessions.ContextService`
+and the same forwarding and stream assembly (:mod:`contextrender.service.streams`).
 Each ``chat.completions.create(messages=..., **kw)``:
 
 1. syncs ``messages`` (the agent's full, untrimmed history) into the graph
@@ -47,17 +48,31 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from contextrender.adapters._common import derive_session_key, valid_session_id
 from contextrender.events import MessageError
 from contextrender.graph import ContextGraph, GraphError
 from contextrender.redact import redact
 from contextrender.render import BudgetExceeded, require_budget
+from contextrender.service.errors import ErrorKind, ServiceError
+from contextrender.service.streams import StreamAssembler, forwarded_messages
+
+if TYPE_CHECKING:  # the service needs the method registry (Hydra): imported by wrap(), not with this module
+    from contextrender.service.sessions import ContextService
 
 log = logging.getLogger(__name__)
 
 #: Client methods that return a new client: their result is wrapped too (same graph, same settings).
 _REWRAP = frozenset({"with_options", "copy"})
+#: What a refused call raises, by kind: the exceptions a caller of the library gets for the same faults.
+_RAISED_AS: Mapping[ErrorKind, type[Exception]] = {
+    ErrorKind.INVALID_MESSAGES: MessageError,
+    ErrorKind.BAD_REQUEST: ValueError,
+    ErrorKind.INTERNAL: BudgetExceeded,
+    ErrorKind.CONFLICT: GraphError,
+    ErrorKind.NOT_FOUND: GraphError,
+}
 
 
 @dataclass(frozen=True)
@@ -136,12 +151,8 @@ class ContextRenderState:
     Shared by a wrapper and the wrappers its ``with_options``/``copy`` return.
     """
 
-    def __init__(self, service: Any, *, owns_graph: bool, budget: int, method: str,
+    def __init__(self, service: ContextService, *, owns_graph: bool, budget: int, method: str,
                  overrides: Mapping[str, Any] | None, session: str | None) -> None:
-        from contextrender.adapters._common import derive_session_key
-        from contextrender.service.proxy import StreamAssembler, _forward_messages
-        from contextrender.service.server import BadRequest, Conflict, InternalError, InvalidMessages, ServiceError
-
         self.service = service
         self.budget = budget
         self.method = method
@@ -151,19 +162,11 @@ class ContextRenderState:
         self.last: LastRender | None = None
         self._owns_graph = owns_graph
         self._closed = False
-        self._derive = derive_session_key
-        self._forward = _forward_messages
-        self._assembler = StreamAssembler
-        self._errors: tuple[tuple[type[Exception], type[Exception]], ...] = (
-            (InvalidMessages, MessageError), (BadRequest, ValueError), (InternalError, BudgetExceeded),
-            (Conflict, GraphError))
-        self._service_error = ServiceError
 
     @property
     def graph(self) -> ContextGraph:
         """The graph the sessions are stored in."""
-        graph: ContextGraph = self.service.graph
-        return graph
+        return self.service.graph
 
     def close(self) -> None:
         """Release the graph (and its file lock) if :func:`wrap` opened it; a graph passed in stays open."""
@@ -182,28 +185,25 @@ class ContextRenderState:
         key = self.session
         if key is None:
             try:
-                key = self._derive(plain)
+                key = derive_session_key(plain)
             except Exception:  # noqa: BLE001 - a malformed entry is reported, naming it, by the sync below
-                key = self._derive([])
+                key = derive_session_key([])
         try:
             res = self.service.render(key, messages=plain, budget=self.budget, method=self.method,
                                       overrides=self.overrides, on_conflict="fork")
-        except self._service_error as e:
-            for src, dst in self._errors:
-                if isinstance(e, src):
-                    raise dst(e.message) from e
-            raise GraphError(e.message) from e
+        except ServiceError as e:
+            raise _RAISED_AS[e.kind](e.message) from e
         # The proxy's rule (kept messages as sent, only changed bodies replaced), then back to the
         # caller's own objects where a message was an SDK object rather than a dict.
         own = {id(p): m for p, m in zip(plain, messages, strict=True)}
-        sent = [own.get(id(m), m) for m in self._forward(plain, res)]
-        self.last = LastRender(session=res["session"], tokens=res["tokens"], budget=res["budget"],
-                               method=res["method"], visible=tuple(res["visible"]), full_tokens=res["full_tokens"],
-                               added=res["added"], forked=res["forked"], shortcut=res["shortcut"],
-                               messages=tuple(sent), layout=tuple(res["layout"]), readiness=res.get("readiness"))
-        log.debug("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s)%s", res["session"], res["stored"],
-                  res["added"], res["tokens"], self.budget, res["method"], " [forked]" if res["forked"] else "")
-        return res["session"], sent
+        sent = [own.get(id(m), m) for m in forwarded_messages(plain, res)]
+        self.last = LastRender(session=res.session, tokens=res.tokens, budget=res.budget, method=res.method,
+                               visible=res.visible, full_tokens=res.full_tokens, added=res.added, forked=res.forked,
+                               shortcut=res.shortcut, messages=tuple(sent), layout=res.layout,
+                               readiness=res.readiness.to_json())
+        log.debug("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s)%s", res.session, res.stored,
+                  res.added, res.tokens, self.budget, res.method, " [forked]" if res.forked else "")
+        return res.session, sent
 
     def readiness(self, session: str | None = None) -> dict[str, Any]:
         """Call readiness of a session's answers (default: the latest render's session), the latest recorded
@@ -211,8 +211,7 @@ class ContextRenderState:
         sid = session or (self.last.session if self.last is not None else None)
         if sid is None:
             raise GraphError("no call yet: name a session")
-        out: dict[str, Any] = self.service.readiness(sid)
-        return out
+        return self.service.readiness(sid).to_json()
 
     def record(self, sid: str, message: Any) -> None:
         """Best effort: store the answer; a failure is logged (the next call's sync carries it anyway)."""
@@ -259,12 +258,13 @@ class ContextRenderState:
 
 
 class _Recorder:
-    """Assembles streamed chunks (the proxy's :class:`StreamAssembler` semantics) into the answer to record."""
+    """Assembles streamed chunks (the proxy's :class:`~contextrender.service.streams.StreamAssembler`
+    semantics) into the answer to record."""
 
     def __init__(self, state: ContextRenderState, sid: str) -> None:
         self.state = state
         self.sid = sid
-        self._asm: Any = state._assembler()
+        self._asm: StreamAssembler | None = StreamAssembler()
         self._recorded = False
 
     def chunk(self, chunk: Any) -> dict[str, Any] | None:
@@ -289,9 +289,9 @@ class _Recorder:
         return self._take()
 
     def _take(self) -> dict[str, Any]:
+        assert self._asm is not None  # callers return early once assembling failed
         self._recorded = True
-        message: dict[str, Any] = self._asm.message()
-        return message
+        return self._asm.message()
 
 
 class RecordingStream:
@@ -505,19 +505,6 @@ class WrappedClient:
             self.contextrender.close()
 
 
-def _service_over(graph: ContextGraph, **kwargs: Any) -> Any:
-    """A ContextService over the caller's open graph (ContextService opens its own from a path)."""
-    from contextrender.service.server import ContextService
-
-    svc = ContextService(":memory:", **kwargs)
-    svc.graph.close()
-    if not isinstance(getattr(svc, "_known", None), set):  # fail loudly if ContextService changes shape
-        raise RuntimeError("ContextService no longer keeps its session ids in _known; update contextrender.wrapper")
-    svc.graph = graph
-    svc._known = set(graph.session_ids())
-    return svc
-
-
 def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str | Path | ContextGraph = ":memory:",
          session: str | None = None, overrides: Mapping[str, Any] | None = None, embedder: Any = None,
          compactor: Any = None) -> WrappedClient:
@@ -554,8 +541,7 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         ImportError: no embedder given for a method that needs one and ``[local]`` is not installed.
         LockedError: another process holds the graph file.
     """
-    from contextrender.adapters._common import valid_session_id
-    from contextrender.service.server import ContextService, ServiceError
+    from contextrender.service.sessions import ContextService
 
     b = require_budget(budget)
     if session is not None and (not isinstance(session, str) or not valid_session_id(session)):
@@ -576,7 +562,7 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
     kwargs = {"default_method": method, "default_budget": b, "embedder": embedder,
               "compactor": "extractive" if compactor is None else compactor, "warm": embeds}
     if isinstance(graph, ContextGraph):
-        svc, owns = _service_over(graph, **kwargs), False
+        svc, owns = ContextService(graph, **kwargs), False
     else:
         svc, owns = ContextService(str(graph), **kwargs), True
     try:

@@ -1,4 +1,4 @@
-"""A small client for the ContextRender server API (server.py), used by the adapters.
+"""A small client for the ContextRender server API (:mod:`contextrender.service.server`), used by the adapters.
 
     from contextrender.adapters.http_client import ContextRenderClient
 
@@ -7,7 +7,7 @@
     send_to_model(out.messages)
 
 :class:`InProcessClient` has the same methods over a
-:class:`~contextrender.server.ContextService` in this process (no HTTP), for
+:class:`~contextrender.service.sessions.ContextService` in this process (no HTTP), for
 tests and single-process runs. Only ``httpx`` is needed at import time, so the
 adapters also work inside another project's environment (e.g. AppWorld's).
 """
@@ -141,18 +141,21 @@ class ContextRenderClient:
 
 
 class InProcessClient:
-    """The same interface over a ``ContextService`` in this process."""
+    """The same interface over a ``ContextService`` in this process: the server's bodies, and its
+    statuses in :class:`ContextRenderError`."""
 
     def __init__(self, service: Any) -> None:
         self.service = service
 
     def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        from contextrender.service.server import ServiceError
+        from contextrender.service.errors import ServiceError
 
         try:
-            return fn(*args, **kw)
+            return fn(*args, **kw).to_json()
         except ServiceError as e:
-            raise ContextRenderError(e.status, e.message) from None
+            from contextrender.service.server import http_status
+
+            raise ContextRenderError(http_status(e), e.message) from None
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "sessions": len(self.service.sessions())}

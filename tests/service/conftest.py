@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from contextrender import HashingEmbedder, TokenCounter
-from contextrender.service.server import ContextService
+from contextrender.service.sessions import ContextService
 
 SYSTEM = "You are a careful agent. Use the tools."
 PAD = " ".join(f"w{i}" for i in range(120))  # ~240 tokens of filler per tool result
@@ -50,7 +50,7 @@ def serve(app: Any) -> Iterator[str]:
 
 
 def history_tokens(messages: list[dict[str, Any]], counter: TokenCounter | None = None) -> int:
-    """Tok(H): everything but the leading system prompt and the latest user message (spec §1)."""
+    """Tok(H): everything but the leading system prompt and the latest user message (docs/method.md §1)."""
     counter = counter or TokenCounter()
     n_sys = 0
     while n_sys < len(messages) and messages[n_sys].get("role") == "system":

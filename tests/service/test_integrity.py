@@ -1,4 +1,4 @@
-"""Issue 14, data integrity in the service: atomic batches, real clients' messages, stream assembly,
+"""Data integrity in the service: atomic batches, real clients' messages, stream assembly,
 bounded memory, one writer per graph, budgets refused up front."""
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from contextrender import ContextRender, HashingEmbedder
 from contextrender.files import LockedError
 from contextrender.graph import ContextGraph, GraphError
 from contextrender.registry import build_policy, method_config
-from contextrender.service.proxy import StreamAssembler, create_proxy_app
-from contextrender.service.server import ContextService, create_app
+from contextrender.service.proxy import create_proxy_app
+from contextrender.service.server import create_app
+from contextrender.service.sessions import ContextService
+from contextrender.service.streams import StreamAssembler
 
 from .conftest import SYSTEM, serve
 from .test_cli import REPO, free_port
@@ -55,16 +57,16 @@ def test_batch_with_lone_surrogate_stores_nothing(svc):
         assert "\\ud800" in raw
         r = httpx.post(f"{url}/sessions/atomic/messages", content=raw, headers={"content-type": "application/json"})
         assert r.status_code == 400 and "messages[3]" in r.json()["detail"] and "surrogate" in r.json()["detail"]
-        assert not svc.exists("atomic") or svc.info("atomic")["messages"] == 0
+        assert not svc.exists("atomic") or svc.info("atomic").messages == 0
         # The client's corrected retry stores each message exactly once.
         r = httpx.post(f"{url}/sessions/atomic/messages", json=good)
         assert r.status_code == 200 and r.json()["added"] == len(good)
-        assert svc.info("atomic")["messages"] == len(good)
+        assert svc.info("atomic").messages == len(good)
         # Same through sync mode, on top of the stored prefix.
         more = good + [{"role": "user", "content": "and \udfff"}]
         r = httpx.post(f"{url}/sessions/atomic/messages", content=json.dumps({"messages": more, "mode": "sync"}),
                        headers={"content-type": "application/json"})
-        assert r.status_code == 400 and svc.info("atomic")["messages"] == len(good)
+        assert r.status_code == 400 and svc.info("atomic").messages == len(good)
 
 
 def test_proxy_rejects_bad_batch_before_storing(svc, fake_upstream):
@@ -176,7 +178,7 @@ def test_broken_stream_is_relayed_whole_and_recorded_best_effort(svc, fake_upstr
                           headers={"x-contextrender-session": "bs"}) as r:
             raw = b"".join(r.iter_raw())
         assert r.status_code == 200 and raw == b"".join(chunks)  # every byte reached the client
-    stored = svc.transcript("bs")["messages"]
+    stored = list(svc.transcript("bs").messages)
     assert stored[-1]["tool_calls"][0]["id"] == "s1" and stored[-1]["content"] == "partial "
 
 
@@ -193,7 +195,7 @@ def test_session_cache_is_bounded_and_reloads_identically(tmp_path):
             first = first or out
             assert svc.loaded_sessions() <= 3
         again = svc.render("s0", budget=500)  # evicted long ago; reloaded from the file
-        assert again["messages"] == first["messages"] and again["visible"] == first["visible"]
+        assert again.messages == first.messages and again.visible == first.visible
         assert len(svc.graph._sessions) <= 3
     finally:
         svc.close()

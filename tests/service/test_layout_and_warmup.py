@@ -10,8 +10,10 @@ import pytest
 from contextrender import HashingEmbedder
 from contextrender.embed import CachedEmbedder
 from contextrender.render import Rendered
+from contextrender.service.errors import InternalError
 from contextrender.service.proxy import create_proxy_app
-from contextrender.service.server import WARM_UP_TEXT, ContextService, InternalError, create_app
+from contextrender.service.server import create_app
+from contextrender.service.sessions import WARM_UP_TEXT, ContextService
 
 from .test_server import transcript
 
@@ -33,15 +35,15 @@ def test_layout_is_the_sources_of_the_render(service, method):
     out = service.render("s", messages=msgs, budget=600, method=method)
     with service._session("s", create=False) as (session, _):
         direct = service.policy(method).render(session, 600)  # the same render, straight from the policy
-    assert out["messages"] == list(direct.messages)
-    assert out["layout"] == list(direct.sources) and len(out["layout"]) == len(out["messages"])
-    for m, seq in zip(out["messages"], out["layout"], strict=True):
+    assert list(out.messages) == list(direct.messages)
+    assert out.layout == direct.sources and len(out.layout) == len(out.messages)
+    for m, seq in zip(out.messages, out.layout, strict=True):
         if seq is None:
             assert m["role"] == "user" and m["content"].startswith("[")  # a summary
         else:
             assert msgs[seq]["role"] == m["role"] and msgs[seq].get("tool_call_id") == m.get("tool_call_id")
     if method in ("compact", "acon", "recency_summary"):
-        assert None in out["layout"]
+        assert None in out.layout
 
 
 def test_a_render_without_sources_is_an_internal_error(service, monkeypatch):

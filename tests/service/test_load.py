@@ -25,7 +25,7 @@ import httpx
 
 from contextrender import HashingEmbedder
 from contextrender.service.proxy import create_proxy_app
-from contextrender.service.server import ContextService
+from contextrender.service.sessions import ContextService
 
 from .conftest import SYSTEM, history_tokens, serve, sse_message, tool_result
 from .test_proxy import TOOLS
@@ -79,7 +79,7 @@ def summary(lat: list[float], wall: float) -> dict[str, float]:
 
 def check_graph(service: ContextService, histories: list[list[dict]], tag: str) -> None:
     for k, msgs in enumerate(histories):
-        stored = service.transcript(f"{tag}-{k}")["messages"]
+        stored = list(service.transcript(f"{tag}-{k}").messages)
         n_tail = len(list(itertools.takewhile(lambda m: m["role"] == "tool", reversed(msgs))))  # never sent
         expected = msgs[:len(msgs) - n_tail]
         assert len(stored) == len(expected) == 2 + 2 * TURNS - 1

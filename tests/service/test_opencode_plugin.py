@@ -32,5 +32,5 @@ def test_opencode_plugin_transform(service, tmp_path):
     rendered = json.loads(out.read_text())
     assert history_tokens(rendered) <= BUDGET
     assert any(OMISSION_MARKER in (m.get("content") or "") for m in rendered)
-    stored = service.transcript("opencode-ses_test")["messages"]
+    stored = list(service.transcript("opencode-ses_test").messages)
     assert stored[0]["role"] == "user" and sum(m["role"] == "tool" for m in stored) > 10

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from contextrender.graph import OMISSION_MARKER
-from contextrender.service.proxy import StreamAssembler, create_proxy_app
+from contextrender.service.proxy import create_proxy_app
+from contextrender.service.streams import StreamAssembler
 
 from .conftest import SYSTEM, history_tokens, remembering_upstream, serve, sse_message, tool_result
 
@@ -95,7 +96,7 @@ def test_non_streaming_episode_renders_under_budget(proxy):
     assert r.headers["x-contextrender-session"] == "ep1" and r.headers["x-request-id"].startswith("req-")
     assert int(r.headers["x-contextrender-tokens"]) <= 1500
     # The graph holds the client's full history (the last tool result arrives with the next request).
-    stored = service.transcript("ep1")["messages"]
+    stored = list(service.transcript("ep1").messages)
     assert len(stored) == len(messages) - 1
     assert [m["role"] for m in stored] == [m["role"] for m in messages[:-1]]
     assert stored[-1]["tool_calls"] == messages[-2]["tool_calls"]
@@ -111,7 +112,7 @@ def test_streaming_relays_chunks_and_records_tool_calls(proxy):
         assert raw == rec["sent"]
         assert rec["body"]["stream"] is True and rec["body"]["stream_options"] == {"include_usage": True}
     # The assembled assistant messages (two interleaved calls each) are in the graph, in order.
-    stored = service.transcript("st1")["messages"]
+    stored = list(service.transcript("st1").messages)
     asst_client = [m for m in messages if m["role"] == "assistant"]
     asst_stored = [m for m in stored if m["role"] == "assistant"]
     assert len(asst_stored) == len(asst_client) == 6
@@ -119,11 +120,11 @@ def test_streaming_relays_chunks_and_records_tool_calls(proxy):
         assert a["content"] == b["content"] and a["tool_calls"] == b["tool_calls"]
         assert len(b["tool_calls"]) == 2
     # TFA: the streamed calls used values from earlier results -> reuse edges to them.
-    edges = service.edges("st1")["edges"]
+    edges = service.edges("st1").edges
     asst_seqs = {i for i, m in enumerate(stored) if m["role"] == "assistant"}
     tool_seqs = {i for i, m in enumerate(stored) if m["role"] == "tool"}
-    assert edges and all(e["op_seq"] in asst_seqs and e["source"] in tool_seqs for e in edges)
-    assert any(e["part"] >= 0 for e in edges)  # from a tool call's arguments, not only the text
+    assert edges and all(e.op_seq in asst_seqs and e.source in tool_seqs for e in edges)
+    assert any(e.part >= 0 for e in edges)  # from a tool call's arguments, not only the text
 
 
 def test_stream_assembler_handles_split_lines_and_fragments():
@@ -148,7 +149,7 @@ def test_derived_session_and_fork_on_altered_history(proxy, caplog):
     # A client that alters a recorded assistant message: a fork, not an error.
     altered = json.loads(json.dumps(messages))
     altered[2]["content"] = "I changed my mind."
-    with caplog.at_level(logging.WARNING, logger="contextrender.server"):
+    with caplog.at_level(logging.WARNING, logger="contextrender.service.sessions"):
         r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": altered}, timeout=30)
     assert r.status_code == 200
     assert r.headers["x-contextrender-session"] == f"{sid}~1"

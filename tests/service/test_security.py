@@ -1,4 +1,4 @@
-"""Issue 14, security: nothing a request carries is interpreted; other sites cannot use the services.
+"""Security: nothing a request carries is interpreted; other sites cannot use the services.
 
 Every test talks to a real uvicorn server on 127.0.0.1 (or runs the real CLI
 as a subprocess) and attacks it the way a web page or a hostile local client
@@ -26,7 +26,8 @@ from contextrender.redact import redact
 from contextrender.registry import OverrideError, tunable_keys, validate_overrides
 from contextrender.service.guard import AccessPolicy
 from contextrender.service.proxy import create_proxy_app
-from contextrender.service.server import ContextService, create_app
+from contextrender.service.server import create_app
+from contextrender.service.sessions import ContextService
 
 from .conftest import SYSTEM, serve
 from .test_cli import free_port, wait_health

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from contextrender import HashingEmbedder
-from contextrender.service.server import ContextService, create_app
+from contextrender.service.server import create_app
+from contextrender.service.sessions import ContextService
 
 from .conftest import SYSTEM, history_tokens, serve
 
@@ -184,12 +185,12 @@ def test_concurrent_sessions_are_consistent(tmp_path):
             t.join(timeout=120)
     assert not errors, errors
     for k in range(8):
-        assert svc.transcript(f"w{k}")["messages"] == transcript(10, f"w{k}")
+        assert list(svc.transcript(f"w{k}").messages) == transcript(10, f"w{k}")
     svc.close()
     # Reopened from the file: the same sessions and messages.
     again = ContextService(str(tmp_path / "g.sqlite"), embedder=HashingEmbedder(dim=64))
     assert {f"w{k}" for k in range(8)} <= set(again.sessions())
-    assert again.transcript("w3")["messages"] == transcript(10, "w3")
+    assert list(again.transcript("w3").messages) == transcript(10, "w3")
     again.close()
 
 

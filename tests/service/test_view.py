@@ -1,4 +1,4 @@
-"""The session view (issue 19): the dinner-bill picture of the paper's Figure 2, from its embedded data, in a
+"""The session view: the dinner-bill picture of the paper's Figure 2, from its embedded data, in a
 real headless Chromium, from the CLI and from the server."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from contextrender import HashingEmbedder
 from contextrender.experiments.fixtures.scenarios import DINNER_BILL_BUDGET, DINNER_BILL_CONTACT_SEQ, dinner_bill
 from contextrender.graph import ContextGraph
 from contextrender.registry import build_policy, method_config
-from contextrender.service.server import ContextService, create_app
+from contextrender.service.server import create_app
+from contextrender.service.sessions import ContextService
 from contextrender.view import browser, chromium, method_view, render_html, view_data
 
 from .conftest import serve
@@ -98,7 +99,7 @@ def test_dinner_bill_view_holds_figure_2(dinner_html):
     # Before the search ran, the result is "later" for both policies.
     first = data["invocations"][0]
     assert data["states"]["prune"][0][k] == "-" and first["seq"] < DINNER_BILL_CONTACT_SEQ
-    # Recall events (spec §7) with a hit/miss per policy.
+    # Recall events (docs/method.md §7) with a hit/miss per policy.
     ev = [i for i, e in enumerate(data["recall"]["events"]) if e[1] == DINNER_BILL_CONTACT_SEQ]
     assert ev and all(data["recall"]["hits"][p][i] in (0, 1) for p in data["policies"] for i in ev)
     # Call readiness: the calls that needed a value only a tool result held, and what each policy hid from them.
@@ -224,6 +225,6 @@ def test_server_serves_the_same_page(tmp_path):
             assert httpx.get(f"{url}/sessions/dinner/view?methods=a,b,c").status_code == 422
             # A cross-site page cannot load it (the guard runs first).
             assert httpx.get(f"{url}/sessions/dinner/view", headers={"sec-fetch-site": "cross-site"}).status_code == 403
-        assert len(svc.transcript("dinner")["messages"]) == len(dinner_bill())  # nothing written by the view
+        assert len(svc.transcript("dinner").messages) == len(dinner_bill())  # nothing written by the view
     finally:
         svc.close()

@@ -146,7 +146,7 @@ async def agent_async(client: Any, task: str, turns: int, *, stream: bool = Fals
 
 
 def stored(client: WrappedClient, sid: str) -> list[dict[str, Any]]:
-    return client.contextrender.service.transcript(sid)["messages"]
+    return list(client.contextrender.service.transcript(sid).messages)
 
 
 # -- the round trip: sync and async clients, plain and streamed ---------------------------
