@@ -583,56 +583,13 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
     notes = setting_notes(abl)
     t2 = _paper_table2()
 
-    def p2(model: str, bench: str, method: str, budget: int, metric: str) -> float | None:
-        rows = t2[(t2["model"] == model) & (t2["benchmark"] == bench) & (t2["method"] == method)
-                  & (t2["metric"] == metric) & t2["budget"].eq(int(budget)).fillna(False)]
-        return float(rows["value"].iloc[0]) if len(rows) else None
-
     if not abl.empty:  # Table 2's performance column (Tables 6–8 do not carry the cr_* ablations)
-        abl["paper_perf"] = [p if not _missing(p) else p2(r.model, r.benchmark, r.method, r.budget, r.metric)
+        abl["paper_perf"] = [p if not _missing(p) else _paper2(t2, r.model, r.benchmark, r.method, r.budget, r.metric)
                              for p, r in zip(abl["paper_perf"], abl.itertuples(), strict=True)]
     recalls = [] if recall is None else [recall] if isinstance(recall, Mapping) else list(recall)
     rec_rows: list[dict[str, Any]] = []
     for recall in recalls:  # one replay per benchmark's Full traces
-        budget = int(recall["budget"])
-        rmodel, rbench = recall.get("model"), replay_benchmark(recall)
-        targets = sorted({(m, b) for m, b, bb in zip(abl["model"], abl["benchmark"], abl["budget"], strict=True)
-                          if bb == budget and (rmodel is None or m == rmodel) and (rbench is None or b == rbench)})
-        if not targets:
-            targets = [(rmodel or "(replay)", rbench or "(replay)")]
-            notes.append(f"no ablation records at the recall budget B={budget}; recall rows stand alone.")
-        elif len(targets) > 1:
-            notes.append(f"the recall file names no model/benchmark; its numbers are shown for every group at "
-                         f"B={budget}: " + "; ".join(f"{m} × {b}" for m, b in targets) + ".")
-        rrows = []
-        for model, bench in targets:
-            has_own = ((t2["model"] == model) & (t2["benchmark"] == bench) & t2["budget"].eq(budget).fillna(False)
-                       & (t2["metric"] == "later_used_recall")).any()
-            ref_setting = (model, bench, budget) if has_own else PAPER_RECALL_REFERENCE
-            ref_model, ref_bench, ref_budget = ref_setting
-            for method, s in recall_entries(recall):
-                by_age = s.get("recall_by_age") or {}
-                row = {"model": model, "benchmark": bench, "budget": budget, "method": method,
-                       "call_readiness": s.get("call_readiness"), "trace_readiness": s.get("trace_readiness"),
-                       "recall": s.get("recall"), **{f"recall_{b}": by_age.get(b) for b in AGE_BINS},
-                       "paper_recall": p2(ref_model, ref_bench, method, ref_budget, "later_used_recall"),
-                       **{f"paper_recall_{b}": p2(ref_model, ref_bench, method, ref_budget,
-                                                  f"later_used_recall_age_{b}") for b in AGE_BINS},
-                       "paper_setting": "{} / {} / B={}".format(*ref_setting)}
-                rrows.append(row)
-        rec_rows += rrows
-        ev = recall.get("events_by_age") or {}
-        notes.append(f"Later-Used Result Recall (docs/method.md §7) from replaying recorded Full-history traces at B={budget}: "
-                     f"{recall.get('events', '?')} events ("
-                     + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + "). "
-                     + RECALL_CAVEAT)
-        notes.append(READINESS_NOTE)
-        if recall.get("ceiling"):
-            notes.append(CEILING_NOTE)
-        notes.append("Paper recall columns: Table 2 of the setting named in 'paper setting' — the same "
-                     "(model, benchmark, B) when the paper reports it, otherwise its reference setting "
-                     f"({PAPER_RECALL_REFERENCE[0]}, {PAPER_RECALL_REFERENCE[1]}, B={PAPER_RECALL_REFERENCE[2]}), "
-                     "shown for the methods' ordering only, not as comparable numbers.")
+        rec_rows += _ablation_recall_rows(recall, abl, t2, notes)
     if recalls:
         rec = pd.DataFrame(rec_rows)
         if abl.empty:
@@ -661,6 +618,58 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
         abl["offline"] = abl["model"].map(is_offline)
         abl["synthetic"] = abl["synthetic"].fillna(False).astype(bool) if "synthetic" in abl else False
     return Table(stem, title, abl, cols, [n for n in notes if n])
+
+
+def _paper2(t2: pd.DataFrame, model: str, bench: str, method: str, budget: int, metric: str) -> float | None:
+    """The paper's Table 2 value for (model, benchmark, method, B, metric), if it reports one."""
+    rows = t2[(t2["model"] == model) & (t2["benchmark"] == bench) & (t2["method"] == method)
+              & (t2["metric"] == metric) & t2["budget"].eq(int(budget)).fillna(False)]
+    return float(rows["value"].iloc[0]) if len(rows) else None
+
+
+def _ablation_recall_rows(recall: Mapping[str, Any], abl: pd.DataFrame, t2: pd.DataFrame,
+                          notes: list[str]) -> list[dict[str, Any]]:
+    """One replay output's rows (readiness, recall, the paper's recall) for the ablation groups at its
+    budget; its notes appended to ``notes``."""
+    budget = int(recall["budget"])
+    rmodel, rbench = recall.get("model"), replay_benchmark(recall)
+    targets = sorted({(m, b) for m, b, bb in zip(abl["model"], abl["benchmark"], abl["budget"], strict=True)
+                      if bb == budget and (rmodel is None or m == rmodel) and (rbench is None or b == rbench)})
+    if not targets:
+        targets = [(rmodel or "(replay)", rbench or "(replay)")]
+        notes.append(f"no ablation records at the recall budget B={budget}; recall rows stand alone.")
+    elif len(targets) > 1:
+        notes.append(f"the recall file names no model/benchmark; its numbers are shown for every group at "
+                     f"B={budget}: " + "; ".join(f"{m} × {b}" for m, b in targets) + ".")
+    rrows = []
+    for model, bench in targets:
+        has_own = ((t2["model"] == model) & (t2["benchmark"] == bench) & t2["budget"].eq(budget).fillna(False)
+                   & (t2["metric"] == "later_used_recall")).any()
+        ref_setting = (model, bench, budget) if has_own else PAPER_RECALL_REFERENCE
+        ref_model, ref_bench, ref_budget = ref_setting
+        for method, s in recall_entries(recall):
+            by_age = s.get("recall_by_age") or {}
+            row = {"model": model, "benchmark": bench, "budget": budget, "method": method,
+                   "call_readiness": s.get("call_readiness"), "trace_readiness": s.get("trace_readiness"),
+                   "recall": s.get("recall"), **{f"recall_{b}": by_age.get(b) for b in AGE_BINS},
+                   "paper_recall": _paper2(t2, ref_model, ref_bench, method, ref_budget, "later_used_recall"),
+                   **{f"paper_recall_{b}": _paper2(t2, ref_model, ref_bench, method, ref_budget,
+                                                   f"later_used_recall_age_{b}") for b in AGE_BINS},
+                   "paper_setting": "{} / {} / B={}".format(*ref_setting)}
+            rrows.append(row)
+    ev = recall.get("events_by_age") or {}
+    notes.append(f"Later-Used Result Recall (docs/method.md §7) from replaying recorded Full-history traces at B={budget}: "
+                 f"{recall.get('events', '?')} events ("
+                 + ", ".join(f"age {AGE_LABELS[b]}: {ev.get(b, '?')}" for b in AGE_BINS) + "). "
+                 + RECALL_CAVEAT)
+    notes.append(READINESS_NOTE)
+    if recall.get("ceiling"):
+        notes.append(CEILING_NOTE)
+    notes.append("Paper recall columns: Table 2 of the setting named in 'paper setting' — the same "
+                 "(model, benchmark, B) when the paper reports it, otherwise its reference setting "
+                 f"({PAPER_RECALL_REFERENCE[0]}, {PAPER_RECALL_REFERENCE[1]}, B={PAPER_RECALL_REFERENCE[2]}), "
+                 "shown for the methods' ordering only, not as comparable numbers.")
+    return rrows
 
 
 def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:

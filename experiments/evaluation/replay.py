@@ -843,11 +843,22 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
             return None
         return paper_value(paper["table"], paper["model"], paper["benchmark"], method, metric, budget=result.budget)
 
+    lines = [f"Replay at B={result.budget}: {result.traces} traces, {result.skipped_lines} skipped lines",
+             *_sources_lines(result), *readiness_lines(result),
+             *_recall_lines(result, paper, RECALL_METRIC, RECALL_AGE_METRICS, ref)]
+    if result.ceiling is not None:
+        lines += _ceiling_lines(result)
+    if result.trim_ceiling is not None and result.prose_first:
+        lines += _trim_ceiling_lines(result)
+    lines += _measure_lines(result)
+    return "\n".join(lines) + "\n"
+
+
+def _recall_lines(result: ReplayResult, paper: Mapping[str, Any] | None, metric: str,
+                  age_metrics: Mapping[str, str], ref: Callable[[str, str], float | None]) -> list[str]:
+    """The recall table: a row per method and ceiling, the paper's values in parentheses."""
     ev = result.events
     lines = [
-        f"Replay at B={result.budget}: {result.traces} traces, {result.skipped_lines} skipped lines",
-        *_sources_lines(result),
-        *readiness_lines(result),
         "",
         f"Later-Used Result Recall (docs/method.md §7): {ev.events} events "
         f"({', '.join(f'{_BIN_LABELS[b]}: {ev.events_by_age[b]}' for b in AGE_BINS)}). {RECALL_DIGIT_RULE}",
@@ -862,7 +873,7 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         + ([(f"*{TRIM_CEILING_NAME}* (not a policy)", result.trim_ceiling)] if result.trim_ceiling is not None else [])
     for name, t in rows:
         s = t.summary()
-        refs = [ref(name, RECALL_METRIC)] + [ref(name, RECALL_AGE_METRICS[b]) for b in AGE_BINS]
+        refs = [ref(name, metric)] + [ref(name, age_metrics[b]) for b in AGE_BINS]
         any_ref = any_ref or any(r is not None for r in refs)
         cells = [_fmt(s["recall"], refs[0])]
         cells += [_fmt(s["recall_by_age"][b], r) for b, r in zip(AGE_BINS, refs[1:], strict=True)]
@@ -873,37 +884,52 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     if any_ref and paper:
         lines += ["", f"In parentheses: paper {paper['table']} ({paper['model']}, {paper['benchmark']}, "
                       f"B={result.budget})."]
-    if result.ceiling is not None:
-        lines += ["", "Hindsight ceiling: at each turn it knows which results that turn reuses and shows the "
-                      "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
-                      "the most reuse events any selector with that scope and trim can cover (not a policy). "
-                      "It bounds the total; in one age column a method can pass it."]
-        gaps = result.gap_covered()
-        unbudgeted = [n for n, t in result.methods.items() if not t.budgeted]
-        if gaps:
-            cis = result.gap_intervals()
-            lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
-                          f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps, cis)}."
-                          + (" The intervals resample the traces (a paired bootstrap: the events of one trace are "
-                             "not independent)." if any((cis or {}).values()) else "")
-                          + _few_traces_text(result.gap_trace_count())
-                          + (f" No share for {', '.join(unbudgeted)}: it ignores B, so no ceiling under B bounds "
-                             "it." if unbudgeted else "")]
-    if result.trim_ceiling is not None and result.prose_first:
-        one = len(result.prose_first) == 1
-        shown = bool(result.gap_covered())
-        lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
-                      "(old assistant prose before the oldest turns), so the selectors' ceiling does not bound "
-                      f"{'it' if one else 'them'}"
-                      + (f" ({'its' if one else 'their'} gap share above can exceed 100 % or read no gap)" if shown
-                         else "")
-                      + "; the ceiling row with the prose-first trim does."]
-        own = result.own_trim_gap_covered()
-        if own:
-            lines += ["", "Gap covered against the ceiling with the same trim: "
-                          f"{_shares_text(own, result.own_trim_gap_intervals())}."
-                          + _few_traces_text(result.gap_trace_count(own_trim=True))]
-    lines += ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
+    return lines
+
+
+def _ceiling_lines(result: ReplayResult) -> list[str]:
+    """What the hindsight ceiling is, and each method's share of the gap to it."""
+    lines: list[str] = []
+    lines += ["", "Hindsight ceiling: at each turn it knows which results that turn reuses and shows the "
+                  "smallest first while they fit, with the selectors' scope, verbatim trim and markers — "
+                  "the most reuse events any selector with that scope and trim can cover (not a policy). "
+                  "It bounds the total; in one age column a method can pass it."]
+    gaps = result.gap_covered()
+    unbudgeted = [n for n, t in result.methods.items() if not t.budgeted]
+    if gaps:
+        cis = result.gap_intervals()
+        lines += ["", f"Gap to the ceiling covered, from {GAP_REFERENCE} "
+                      f"((recall − {GAP_REFERENCE}) / (ceiling − {GAP_REFERENCE})): {_shares_text(gaps, cis)}."
+                      + (" The intervals resample the traces (a paired bootstrap: the events of one trace are "
+                         "not independent)." if any((cis or {}).values()) else "")
+                      + _few_traces_text(result.gap_trace_count())
+                      + (f" No share for {', '.join(unbudgeted)}: it ignores B, so no ceiling under B bounds "
+                         "it." if unbudgeted else "")]
+    return lines
+
+
+def _trim_ceiling_lines(result: ReplayResult) -> list[str]:
+    """The ceiling with a prose-first trim, for the methods that trim that way."""
+    lines: list[str] = []
+    one = len(result.prose_first) == 1
+    shown = bool(result.gap_covered())
+    lines += ["", f"{', '.join(result.prose_first)} trim{'s' if one else ''} verbatim overflow prose-first "
+                  "(old assistant prose before the oldest turns), so the selectors' ceiling does not bound "
+                  f"{'it' if one else 'them'}"
+                  + (f" ({'its' if one else 'their'} gap share above can exceed 100 % or read no gap)" if shown
+                     else "")
+                  + "; the ceiling row with the prose-first trim does."]
+    own = result.own_trim_gap_covered()
+    if own:
+        lines += ["", "Gap covered against the ceiling with the same trim: "
+                      f"{_shares_text(own, result.own_trim_gap_intervals())}."
+                      + _few_traces_text(result.gap_trace_count(own_trim=True))]
+    return lines
+
+
+def _measure_lines(result: ReplayResult) -> list[str]:
+    """The failure-mode measures' table."""
+    lines = ["", "Failure-mode measures (experiments/evaluation/measures.py): identifier survival (%), "
                   "recorded re-reads of a result the render hid, prompt-cache prefix retention (%)", "",
               "| method | id survival | " + " | ".join(_BIN_LABELS[b] for b in AGE_BINS)
               + " | re-reads | per episode | per 100 calls | prefix retention | token-weighted |",
@@ -916,7 +942,7 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
                      + f" | {ms['rereads']} | {'–' if per_ep is None else f'{per_ep:.2f}'}"
                      + f" | {_fmt(ms['rereads_per_100_calls'])} | {_fmt(ms['prefix_retention'])}"
                      + f" | {_fmt(ms['prefix_retention_tokens'])} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 #: A JSON list of numbers only (no strings, objects or lists inside) as json.dumps(indent=2) lays it out:
@@ -1073,18 +1099,24 @@ def replay_traces(traces: TracesSpec | TraceSet, budget: int, methods: Sequence[
                         skipped=found, prefetch=prefetch, ceiling=bound, trim_ceiling=trim_bound)
     elapsed = time.perf_counter() - t0
     result.sources, result.benchmark, result.method_settings = found.summary(), bench, settings
+    _check_replayed(result, repeated, limit)
+    _log_replay(result, budget, len(policies), elapsed, shared)
+    return result
+
+
+def _check_replayed(result: ReplayResult, repeated: Sequence[tuple[str, str, str]], limit: int | None) -> None:
+    """Say how many episodes repeated a task id of their file; refuse a replay of no episode."""
+    sources = result.sources or {}
     if repeated:
         task, first, again = repeated[0]
-        result.sources["repeated_tasks"] = len(repeated)
+        sources["repeated_tasks"] = len(repeated)
         log.warning("%d episodes repeat a task id already read from the same file (e.g. task %s at %s and %s); "
                     "each occurrence is replayed and counted — a runner trace file that two configurations "
                     "of one benchmark wrote holds both runs", len(repeated), task, first, again)
     if result.traces == 0:
-        where = ", ".join(r["path"] for r in result.sources["files"])
+        where = ", ".join(r["path"] for r in sources.get("files", []))
         raise ValueError(f"{where}: no episode was replayed ({result.skipped_lines} malformed records skipped"
                          + (f", limit={limit}" if limit is not None else "") + ")")
-    _log_replay(result, budget, len(policies), elapsed, shared)
-    return result
 
 
 def _watch_repeats(episodes: Iterable[Episode], repeated: list[tuple[str, str, str]]) -> Iterator[Episode]:

@@ -224,77 +224,18 @@ def build_offline(spec: dict[str, Any]) -> dict[str, Any]:
     from datetime import datetime
 
     from appworld.apps import get_all_apps
-    from appworld.apps.admin.models import MainUserMunch
     from appworld.apps.api_lib import set_local_date_and_time, unset_local_date_and_time
-    from appworld.apps.model_lib import CachedDBHandler, get_db_home_path
-    from appworld.collections.api_docs import ApiDocCollection
-    from appworld.collections.models import ModelCollection
-    from appworld.common.constants import DB_VERSION
     from appworld.common.path_store import path_store
-    from appworld.ground_truth import GroundTruth
-    from appworld.task import Task
 
     data = path_store.data
     if os.path.exists(data):
         shutil.rmtree(data)
     os.makedirs(data)
     apps = list(get_all_apps())
-    when = datetime.fromisoformat(spec["datetime"])
-    freezer = set_local_date_and_time(when)  # deterministic created_at fields
+    freezer = set_local_date_and_time(datetime.fromisoformat(spec["datetime"]))  # deterministic created_at fields
     try:
-        # 1. Base DBs: every app's schema, then the shared records, saved in full.
-        memory_base = ":memory:contextrender_offline_base"
-        base = ModelCollection.load(to_db_home_path=memory_base, from_db_home_path=memory_base,
-                                    load_apps=apps, create_db=True)
-        refs: dict[str, int] = {}
-        _create_records(base, spec["base_records"], refs)
-        # The api_docs app serves its docs from its own DB: fill it from the docs
-        # generated from the apps' code (what the released base DB holds).
-        docs = ApiDocCollection.build(load_apps=tuple(get_all_apps(skip_admin=True)))
-        for app_name, api_name_to_doc in docs.items():
-            for doc in api_name_to_doc.values():
-                base.api_docs.ApiDoc.create_save(
-                    app_name_=app_name, api_name=doc["api_name"], path=doc["path"], method=doc["method"],
-                    description=doc["description"], parameters=doc["parameters"],
-                    response_schemas=doc["response_schemas"])
-        base_dir = get_db_home_path(storage_type="disk", type="base")
-        base.save(db_home_path=base_dir, format="full", app_names=list(apps), delete_if_exists=True,
-                  save_model_hashes=True)
-        base.close()
-        CachedDBHandler.reset()
-
-        # 2. The same docs as files (all three formats, as released).
-        docs.save()
-
-        # 3. Tasks: DB changes relative to the base, specs, ground truth.
-        task_ids = []
-        for t in spec["tasks"]:
-            task_id = t["id"]
-            memory_task = get_db_home_path(storage_type="memory", type="task_input", task_id=task_id)
-            models = ModelCollection.load(to_db_home_path=memory_task, from_db_home_path=base_dir, load_apps=apps)
-            task_refs = dict(refs)
-            _create_records(models, t["records"], task_refs)
-            sup = t["supervisor"]
-            task = Task(
-                id=task_id, instruction=t["instruction"],
-                supervisor=MainUserMunch({k: sup[k] for k in ("first_name", "last_name", "email", "phone_number")}),
-                datetime=datetime.fromisoformat(t.get("datetime") or spec["datetime"]),
-                allowed_apps=list(get_all_apps(skip_admin=True)), db_version=DB_VERSION, model_collection=models)
-            g = t["ground_truth"]
-            task.ground_truth = GroundTruth(
-                task_id=task_id, required_apps=g["required_apps"], public_data=g.get("public_data", {}),
-                private_data=g.get("private_data", {}), answer=g.get("answer"),
-                evaluation_code=g["evaluation_code"], solution_code=g["solution_code"],
-                compiled_solution_code=g["solution_code"], generator_code=g.get("generator_code", ""),
-                test_data=g["test_data"],
-                # num_solution_code_lines given, so AppWorld needs no `black` to count lines.
-                metadata={"difficulty": g["difficulty"], "num_solution_code_lines": g["num_solution_code_lines"]},
-            )
-            task.save(model_collection_format="changes", ground_truth_mode="minimal")
-            task.close()
-            CachedDBHandler.reset()
-            task_ids.append(task_id)
-
+        refs, base_dir = _save_base(spec, apps)
+        task_ids = [_save_task(t, spec, refs, base_dir, apps) for t in spec["tasks"]]
         # 4. Dataset files.
         datasets = os.path.join(data, "datasets")
         os.makedirs(datasets, exist_ok=True)
@@ -304,6 +245,77 @@ def build_offline(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         unset_local_date_and_time(freezer)
     return {"root": path_store.root, "task_ids": task_ids}
+
+
+def _save_base(spec: dict[str, Any], apps: list[Any]) -> tuple[dict[str, int], str]:
+    """1. The base DBs (every app's schema, then the shared records, saved in full) and 2. the API docs as
+    files; returns the records' ids by key and the base DBs' directory."""
+    from appworld.apps import get_all_apps
+    from appworld.apps.model_lib import CachedDBHandler, get_db_home_path
+    from appworld.collections.api_docs import ApiDocCollection
+    from appworld.collections.models import ModelCollection
+
+    memory_base = ":memory:contextrender_offline_base"
+    base = ModelCollection.load(to_db_home_path=memory_base, from_db_home_path=memory_base,
+                                load_apps=apps, create_db=True)
+    refs: dict[str, int] = {}
+    _create_records(base, spec["base_records"], refs)
+    # The api_docs app serves its docs from its own DB: fill it from the docs
+    # generated from the apps' code (what the released base DB holds).
+    docs = ApiDocCollection.build(load_apps=tuple(get_all_apps(skip_admin=True)))
+    for app_name, api_name_to_doc in docs.items():
+        for doc in api_name_to_doc.values():
+            base.api_docs.ApiDoc.create_save(
+                app_name_=app_name, api_name=doc["api_name"], path=doc["path"], method=doc["method"],
+                description=doc["description"], parameters=doc["parameters"],
+                response_schemas=doc["response_schemas"])
+    base_dir = get_db_home_path(storage_type="disk", type="base")
+    base.save(db_home_path=base_dir, format="full", app_names=list(apps), delete_if_exists=True,
+              save_model_hashes=True)
+    base.close()
+    CachedDBHandler.reset()
+    docs.save()  # the same docs as files (all three formats, as released)
+    return refs, base_dir
+
+
+def _save_task(t: dict[str, Any], spec: dict[str, Any], refs: dict[str, int], base_dir: str,
+               apps: list[Any]) -> str:
+    """3. One task: its DB changes relative to the base, its specs and its ground truth; returns its id."""
+    from datetime import datetime
+
+    from appworld.apps import get_all_apps
+    from appworld.apps.admin.models import MainUserMunch
+    from appworld.apps.model_lib import CachedDBHandler, get_db_home_path
+    from appworld.collections.models import ModelCollection
+    from appworld.common.constants import DB_VERSION
+    from appworld.ground_truth import GroundTruth
+    from appworld.task import Task
+
+    task_id = t["id"]
+    memory_task = get_db_home_path(storage_type="memory", type="task_input", task_id=task_id)
+    models = ModelCollection.load(to_db_home_path=memory_task, from_db_home_path=base_dir, load_apps=apps)
+    task_refs = dict(refs)
+    _create_records(models, t["records"], task_refs)
+    sup = t["supervisor"]
+    task = Task(
+        id=task_id, instruction=t["instruction"],
+        supervisor=MainUserMunch({k: sup[k] for k in ("first_name", "last_name", "email", "phone_number")}),
+        datetime=datetime.fromisoformat(t.get("datetime") or spec["datetime"]),
+        allowed_apps=list(get_all_apps(skip_admin=True)), db_version=DB_VERSION, model_collection=models)
+    g = t["ground_truth"]
+    task.ground_truth = GroundTruth(
+        task_id=task_id, required_apps=g["required_apps"], public_data=g.get("public_data", {}),
+        private_data=g.get("private_data", {}), answer=g.get("answer"),
+        evaluation_code=g["evaluation_code"], solution_code=g["solution_code"],
+        compiled_solution_code=g["solution_code"], generator_code=g.get("generator_code", ""),
+        test_data=g["test_data"],
+        # num_solution_code_lines given, so AppWorld needs no `black` to count lines.
+        metadata={"difficulty": g["difficulty"], "num_solution_code_lines": g["num_solution_code_lines"]},
+    )
+    task.save(model_collection_format="changes", ground_truth_mode="minimal")
+    task.close()
+    CachedDBHandler.reset()
+    return task_id
 
 
 def main() -> int:

@@ -235,23 +235,7 @@ class Tau2Bench:
                     if termination is None:
                         termination = limits(from_user(user.reply(text)))
                     continue
-                executed, results = [], []
-                for tc in calls:
-                    args = decode_arguments(tc["function"].get("arguments"), "Error")
-                    if isinstance(args, str):
-                        results.append((tc["id"], args, None))
-                        continue
-                    call = traj.tool_call(tc["id"], tc["function"]["name"], args)
-                    executed.append(call)
-                    response = env.get_response(call)  # what τ²'s orchestrator calls
-                    results.append((tc["id"], response.content or "", response))
-                if executed:
-                    traj.assistant(message.get("content") or None, executed)
-                for call_id, content, response in results:
-                    log.result(call_id, content, error=response is None or response.error)
-                    errors += 1 if response is None or response.error else 0
-                    if response is not None:
-                        traj.tool(response)
+                errors += _execute(message, calls, env, traj, log)
                 steps += 1
                 termination = limits(None)
         except EpisodeStop as stop:  # the harness's step/cost cap: τ² would call it max_steps
@@ -283,3 +267,28 @@ class Tau2Bench:
                 extra["oracle_reread_log"] = [[t, name, list(values)] for t, name, values in model.reread_log][
                     :_MAX_HIDDEN_IN_EXTRA]
         return EpisodeOutcome(score=result.score, status=status, extra=extra)
+
+
+def _execute(message: dict[str, Any], calls: list[dict[str, Any]], env: Any, traj: Trajectory, log: _Log) -> int:
+    """Run one assistant turn's tool calls in τ²'s environment, in order, as its orchestrator does; record the
+    turn and each result (a call whose arguments are not JSON gets the decoding error as its result, and runs
+    nothing). Returns how many results were errors."""
+    executed, results = [], []
+    for tc in calls:
+        args = decode_arguments(tc["function"].get("arguments"), "Error")
+        if isinstance(args, str):
+            results.append((tc["id"], args, None))
+            continue
+        call = traj.tool_call(tc["id"], tc["function"]["name"], args)
+        executed.append(call)
+        response = env.get_response(call)  # what τ²'s orchestrator calls
+        results.append((tc["id"], response.content or "", response))
+    if executed:
+        traj.assistant(message.get("content") or None, executed)
+    errors = 0
+    for call_id, content, response in results:
+        log.result(call_id, content, error=response is None or response.error)
+        errors += 1 if response is None or response.error else 0
+        if response is not None:
+            traj.tool(response)
+    return errors
