@@ -341,3 +341,26 @@ def test_using_tau2_leaves_the_callers_loguru_sinks_in_place() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "response Error: User not found" in done.stdout and "mine.probe|mine" in done.stdout, done.stdout
     assert "tau2." not in done.stdout and "tau2." not in done.stderr, (done.stdout, done.stderr)
+
+
+def test_the_same_transcript_is_scored_once_and_a_different_one_again(mem_graph, monkeypatch) -> None:
+    """τ²'s evaluator is a pure function of the task and the transcript (no judge): two methods that led the
+    agent through the same conversation get one evaluation and equal results; a transcript that differs in one
+    call's arguments is scored on its own (and fails), so a cached pass never stands in for it."""
+    from contextrender.experiments.benchmarks.tau2 import evaluation
+
+    calls: list[str] = []
+    real = tau2().evaluator.evaluate_simulation
+
+    def counting(**kw: Any) -> Any:
+        calls.append(kw["simulation"].task_id)
+        return real(**kw)
+
+    monkeypatch.setattr(tau2().evaluator, "evaluate_simulation", counting)
+    monkeypatch.setattr(evaluation, "_eval_cache", type(evaluation._eval_cache)())
+    full, _, _ = _run("retail", "0", "full", 2000, mem_graph)
+    roomy, _, _ = _run("retail", "0", "prune", 100_000, mem_graph)  # hides nothing: the same conversation
+    assert full.score == roomy.score and full.score["pass"] == 1.0 and full.extra["tau2"] == roomy.extra["tau2"]
+    assert calls == ["0"]
+    starved, _, _ = _run("retail", "0", "prune", 150, mem_graph)  # hides the item id: a wrong call
+    assert starved.score["pass"] == 0.0 and calls == ["0", "0"]

@@ -12,6 +12,11 @@ assertions need an LLM judge: only with ``nl_assertions=True``
 (``ALL_WITH_NL_ASSERTIONS``, τ²'s own judge model); none of the retail or
 airline tasks has them in its reward basis, so the reward is the same.
 
+Without a judge the evaluation is a pure function of the task and the transcript, and most of an
+episode's time (each of τ²'s environments loads the domain database): :func:`evaluate` keeps the
+latest results in memory keyed by the task and the transcript's messages, so the methods of one sweep
+that led the agent through the same conversation are scored once (:data:`EVAL_CACHE_SIZE`).
+
 Scores: ``pass`` (pass^1: reward == 1), ``reward``, and the breakdown
 ``db``, ``communicate`` (τ²'s ``reward_breakdown``, 1.0 where a task's basis
 lacks the component) and ``action`` (all reference actions matched; τ²
@@ -20,8 +25,12 @@ reports it, these tasks do not reward it).
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +87,42 @@ def _breakdown(info: Any, kind: str) -> float:
     return 1.0 if info.reward_basis is not None and kind not in {r.value for r in info.reward_basis} else 0.0
 
 
+#: Results :func:`evaluate` keeps (the latest; a few KB each).
+EVAL_CACHE_SIZE = 4096
+_eval_cache: OrderedDict[str, Tau2Score] = OrderedDict()
+_eval_lock = threading.Lock()
+
+
+def _transcript_key(task: Tau2Task, trajectory: Trajectory, termination: str) -> str:
+    """What τ²'s evaluator reads of an episode: the task, the termination and every message's role, text, calls
+    and results (not the timestamps)."""
+    msgs = [m.model_dump(mode="json", exclude={"timestamp", "cost", "usage", "raw_data"}) for m in trajectory.messages]
+    blob = json.dumps([task.domain, task.id, termination, msgs], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def evaluate(task: Tau2Task, trajectory: Trajectory, termination: str, nl_assertions: bool = False) -> Tau2Score:
-    """Score the episode with τ²'s evaluator; return the score dict and what τ² said in detail."""
+    """Score the episode with τ²'s evaluator; return the score dict and what τ² said in detail.
+
+    Without the judge (``nl_assertions=False``) a transcript already scored in this process is not scored
+    again: the same result comes back (a copy)."""
+    if nl_assertions:  # an LLM judge: not a pure function of the transcript
+        return _evaluate(task, trajectory, termination, nl_assertions)
+    key = _transcript_key(task, trajectory, termination)
+    with _eval_lock:
+        hit = _eval_cache.get(key)
+        if hit is not None:
+            _eval_cache.move_to_end(key)
+            return copy.deepcopy(hit)
+    result = _evaluate(task, trajectory, termination, nl_assertions)
+    with _eval_lock:
+        _eval_cache[key] = copy.deepcopy(result)
+        while len(_eval_cache) > EVAL_CACHE_SIZE:
+            _eval_cache.popitem(last=False)
+    return result
+
+
+def _evaluate(task: Tau2Task, trajectory: Trajectory, termination: str, nl_assertions: bool) -> Tau2Score:
     t = tau2()
     kind = t.evaluator.EvaluationType.ALL_WITH_NL_ASSERTIONS if nl_assertions else t.evaluator.EvaluationType.ALL
     sim = trajectory.simulation(task, termination)
