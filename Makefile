@@ -44,8 +44,8 @@ check: setup ## lint, type-check, and the one-way import rule (scripts/check_lay
 	$(PY) scripts/check_layers.py --graph docs/import_graph.svg
 
 # The replay-speed part (cold/warm replay of 200 traces × 10 methods) is the longest, a few minutes
-# on 2 cores: `make bench ARGS=--skip-replay` leaves it out (also --skip-overhead, --skip-embed).
-bench: setup ## per-invocation overhead, embedding throughput, replay speed → results/bench/{overhead,replay_speed}.json
+# on 2 cores: `make bench ARGS=--skip-replay` leaves it out (also --skip-overhead, --skip-embed, --skip-view).
+bench: setup ## per-invocation overhead, embedding throughput, replay speed, session view → results/bench/{overhead,replay_speed,view}.json
 	$(PY) -m contextrender.experiments.studies.bench $(ARGS)
 
 # Offline default: the context-bounded oracle on τ²-retail and BFCL v4 multi-turn long-context, B=2000.

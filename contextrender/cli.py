@@ -8,6 +8,7 @@
                          [--benchmark NAME]
     contextrender explain SESSION --budget N [--graph PATH] [--method NAME] [--compare prune,...]
     contextrender view SESSION|TRACES --budget N [--graph PATH] [--episode ID] [--methods a,b] [--out FILE]
+                       [--from T --to T | --last N]
 
 Both servers bind 127.0.0.1 unless ``--host`` says otherwise, accept only
 loopback ``Host`` names (plus ``--allow-host``) and no browser origin (unless
@@ -19,7 +20,10 @@ results or BFCL multi-turn result files, recognised by content or forced with
 ``--trace-format`` — with any registry methods; it needs the ``[service]``
 extra and prints the recall table (``--output`` also writes the JSON).
 Errors in the arguments or the trace files (``file:line`` or
-``file: simulations[i]``) exit with status 2.
+``file: simulations[i]``) exit with status 2, and so do a damaged graph file (one line with SQLite's
+``quick_check`` result) and a missing extra (named, with its install line). ``explain`` and ``view``
+use the embedder the session's renders recorded unless ``--embedding`` names one; ``export --out`` and
+``view --out`` never write through a symlink and replace the file atomically with an owner-only one.
 Every log line goes through :func:`contextrender.redact.redact`. The graph
 defaults to ``$CONTEXTRENDER_GRAPH`` or ``contextrender.sqlite`` in the
 working directory.
@@ -37,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from contextrender import offline
-from contextrender.files import LockedError, open_private
+from contextrender.extras import extra_of, missing_extra
+from contextrender.files import LockedError, write_private
 from contextrender.redact import configure_logging, redact, register_secret
 from contextrender.service.guard import TOKEN_ENV
 
@@ -77,6 +82,42 @@ def _method_list(text: str) -> list[str]:
     return names
 
 
+class _SubParser(argparse.ArgumentParser):
+    """Every subcommand's ``--help`` shows the defaults (:class:`_DefaultsFormatter`)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kw)
+
+    def format_help(self) -> str:
+        _show_defaults(self)
+        return super().format_help()
+
+
+def _window_args(v: argparse.ArgumentParser) -> None:
+    from contextrender.view import DEFAULT_VIEW_INVOCATIONS, MAX_VIEW_INVOCATIONS
+
+    v.add_argument("--from", dest="start", type=_natural, default=None, metavar="T",
+                   help="first invocation to draw (with --to; default: the latest "
+                        f"{DEFAULT_VIEW_INVOCATIONS} invocations; at most {MAX_VIEW_INVOCATIONS} in one view)")
+    v.add_argument("--to", dest="end", type=_natural, default=None, metavar="T", help="last invocation to draw")
+    v.add_argument("--last", type=_positive_int, default=None, metavar="N", help="draw the latest N invocations")
+
+
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {value}")
+    return value
+
+
+#: ``--embedding`` of explain and view: default, the embedder the graph's renders recorded.
+RECORDED = "recorded"
+
+
 def _common(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=int, default=port)
@@ -99,17 +140,48 @@ def _common(p: argparse.ArgumentParser, port: int) -> None:
                         f"default: ${TOKEN_ENV} if set")
 
 
+#: A help text that already says its option's default ("(default X)", "default: X", "; default X").
+_NAMES_DEFAULT = re.compile(r"\(default\b|\bdefault:|[;,] default\b")
+
+
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default: appended unless the help text already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (_NAMES_DEFAULT.search(text) or action.default in (None, False, [], argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give options without help text one (argparse prints no default for an option without help)."""
+    for action in parser._actions:
+        if action.help is None and action.option_strings and action.default not in (None, False, []):
+            action.help = "(default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from contextrender import __version__
 
-    parser = argparse.ArgumentParser(prog="contextrender", description="ContextRender as a service (docs/method.md §9).")
+    parser = argparse.ArgumentParser(prog="contextrender", description="ContextRender as a service (docs/method.md §9).",
+                                     formatter_class=_DefaultsFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_SubParser)
 
     s = sub.add_parser("serve", help="run the ContextRender server (session API)")
     _common(s, 8765)
 
-    p = sub.add_parser("proxy", help="run the OpenAI-compatible proxy")
+    _add_proxy(sub)
+    _add_export(sub)
+    _add_replay(sub)
+    _add_explain_and_view(sub)
+    return parser
+
+
+def _add_proxy(sub: Any) -> None:
+    p = sub.add_parser("proxy", help="run the proxy (OpenAI Chat Completions and Responses, Anthropic Messages)")
     _common(p, 8766)
     p.add_argument("--upstream", required=True, help="upstream OpenAI base URL, e.g. https://api.openai.com/v1")
     p.add_argument("--override", type=_override, action="append", default=[], metavar="KEY=VALUE",
@@ -121,12 +193,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout in seconds")
     p.add_argument("--no-session-api", action="store_true",
                    help="do not mount the session API (/sessions/...: full transcripts) on the proxy")
+    p.add_argument("--stateful-responses", choices=("refuse", "passthrough"), default="refuse",
+                   help="Responses API requests that rely on upstream state (previous_response_id, conversation) "
+                        "cannot be rendered: refuse them with 400 (default), or pass them through unmanaged "
+                        "(logged, X-ContextRender-Managed: false)")
 
+
+
+def _add_export(sub: Any) -> None:
     e = sub.add_parser("export", help="write a session as a replay-trace line (experiments/evaluation/traces.py format)")
     e.add_argument("session")
     e.add_argument("--graph", default=None)
     e.add_argument("--out", default=None, help="append the line to FILE (default: stdout)")
 
+
+
+def _add_replay(sub: Any) -> None:
     r = sub.add_parser("replay", help="Later-Used Result Recall of methods replayed over trace files")
     r.add_argument("traces", nargs="+", metavar="TRACES",
                    help="trace file, directory (recursively) or glob; our JSONL, tau2 Results JSON, tau-bench (v1) "
@@ -151,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "when a method uses it; reported beside the methods, not policies)")
     r.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
+
+
+def _add_explain_and_view(sub: Any) -> None:
     x = sub.add_parser("explain", help="why each tool result of a stored session is or is not rendered at B")
     x.add_argument("session")
     x.add_argument("--budget", type=_positive_int, required=True, help="history budget B in tokens")
@@ -158,18 +243,23 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--method", default="contextrender", help="a ContextRender-family registry method")
     x.add_argument("--compare", type=_method_list, default=[], metavar="A,B",
                    help="other registry methods to show side by side (kept / omitted)")
-    x.add_argument("--embedding", default="local", choices=["local", "hashing", "litellm"])
+    x.add_argument("--embedding", default=RECORDED, choices=[RECORDED, "local", "hashing", "litellm"],
+                   help="the embedder; default: the one the session's renders used (recorded in the graph)")
 
     v = sub.add_parser("view", help="one self-contained HTML page of a session: results, reuse edges, states")
     v.add_argument("source", help="a session id in --graph, or a trace file (any format replay reads)")
     v.add_argument("--budget", type=_positive_int, required=True, help="history budget B in tokens")
     v.add_argument("--graph", default=None, help="graph file holding the session (read from a copy)")
-    v.add_argument("--episode", default=None, help="which episode of a trace file (task id; default the first)")
+    v.add_argument("--episode", default=None,
+                   help="which episode of a trace file: its id or the file's own task id (7 picks 7/trial-0); "
+                        "default the first")
     v.add_argument("--methods", type=_method_list, default=["contextrender", "prune"], metavar="A[,B]",
                    help="one or two registry methods to show (default contextrender,prune)")
-    v.add_argument("--embedding", default="local", choices=["local", "hashing", "litellm"])
+    v.add_argument("--embedding", default=RECORDED, choices=[RECORDED, "local", "hashing", "litellm"],
+                   help="the embedder; default: the one the session's renders used (recorded in the graph; local "
+                        "for a trace file)")
+    _window_args(v)
     v.add_argument("--out", default=None, help="HTML file to write (default <episode or session id>.view.html, in the working directory)")
-    return parser
 
 
 def _serve(app: Any, args: argparse.Namespace) -> None:
@@ -223,15 +313,28 @@ def _find_session(graph: Any, name: str, path: str) -> str:
                      "'<record key>#<attempt>'; its record key alone picks the latest attempt)")
 
 
-def _export(args: argparse.Namespace) -> int:
+def _snapshot(path: str) -> Any:
+    """A read-only copy of the graph file ``path`` (:meth:`ContextGraph.snapshot`); GraphError names a missing,
+    unreadable or damaged file (with SQLite's quick_check result)."""
     from contextrender.graph import ContextGraph
+
+    return ContextGraph.snapshot(path)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from contextrender.graph import GraphError
     from contextrender.trace_line import trace_line_text
 
     path = args.graph or _graph_default()
     if not Path(path).is_file():
         print(f"contextrender export: no graph file {path}", file=sys.stderr)
         return 2
-    with ContextGraph.snapshot(path) as graph:  # a copy: never writes to (or waits on) a running service's file
+    try:
+        graph = _snapshot(path)  # a copy: never writes to (or waits on) a running service's file
+    except GraphError as e:
+        print(f"contextrender export: {e}", file=sys.stderr)
+        return 2
+    with graph:
         try:
             sid = _find_session(graph, args.session, path)
         except ValueError as e:
@@ -240,8 +343,11 @@ def _export(args: argparse.Namespace) -> int:
         session = graph.session(sid)
         line = trace_line_text(sid, session.openai_messages())
     if args.out:
-        with open_private(args.out, "a") as f:  # a transcript: owner-only, like the graph
-            f.write(line + "\n")
+        try:  # a transcript: a new owner-only file replaces the old atomically; a symlink is refused
+            write_private(args.out, line + "\n", append=True)
+        except OSError as e:
+            print(f"contextrender export: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(line + "\n")
     return 0
@@ -258,36 +364,75 @@ def _embedder(name: str, **kw: object) -> object:
     try:
         return make_embedder(name, **kw)  # type: ignore[arg-type]
     except ImportError as e:
-        raise ImportError(f"{e}{HASHING_HINT}") from None
+        hint = HASHING_HINT if name != "hashing" else ""
+        raise ImportError(missing_extra(e, f"the {name} embedder", "local") + hint, name=e.name) from None
+
+
+def _recorded_embedder(choice: str, graph: Any, sid: str | None, command: str) -> object:
+    """The embedder ``--embedding`` names; by default the one the graph recorded for ``sid`` (the ``model`` of its
+    stored result vectors, else of any session in the file), else the local default, saying so on stderr."""
+    if choice != RECORDED:
+        return _embedder(choice, cache=False)
+    names = (graph.embedders(sid) if sid is not None else []) or (graph.embedders() if graph is not None else [])
+    if not names:
+        where = f"session {sid!r}" if sid is not None else "a trace file"
+        print(f"contextrender {command}: {where} records no embedder (nothing of it was embedded); using the "
+              "local default (all-MiniLM-L6-v2) — choose with --embedding", file=sys.stderr)
+        return _embedder("local", cache=False)
+    return embedder_named(names[0])
+
+
+def embedder_named(name: str) -> object:
+    """The embedder whose ``name`` a graph recorded: ``all-MiniLM-L6-v2`` (local), ``hashing-<dim>``, else a
+    litellm model of that name."""
+    from contextrender.embed import LocalEmbedder
+
+    if name == LocalEmbedder.name:
+        return _embedder("local", cache=False)
+    m = re.fullmatch(r"hashing-(\d+)", name)
+    if m:
+        return _embedder("hashing", cache=False, dim=int(m.group(1)))
+    return _embedder("litellm", cache=False, model=name)
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from contextrender.graph import ContextGraph, GraphError
+    from contextrender.graph import GraphError
     from contextrender.render import Scope
 
     path = args.graph or _graph_default()
-    try:
+    try:  # the extras first: a missing one is named, whatever else is wrong
         from contextrender.explain import explain_table
         from contextrender.registry import OverrideError, build_policy, method_config
-
-        embedder = _embedder(args.embedding, cache=False)
-        policy = build_policy(method_config(args.method), embedder=embedder, compactor=_compactor("extractive"))
-        others = {m: build_policy(method_config(m), embedder=embedder, compactor=_compactor("extractive"))
-                  for m in args.compare}
-        select = getattr(policy, "select", None)  # only the ContextRender family has per-result scores
-        if not callable(select):
-            raise ValueError(f"method {args.method!r} has no per-result scores (use a ContextRender-family method)")
-        graph = ContextGraph.snapshot(path)
-    except (ValueError, OverrideError, GraphError, ImportError) as e:
+    except ImportError as e:
+        print(f"contextrender explain: {missing_extra(e, 'explain')}", file=sys.stderr)
+        return 2
+    try:
+        method_config(args.method)  # an unknown name fails here, listing the known ones
+        for m in args.compare:
+            method_config(m)
+        graph = _snapshot(path)
+    except (ValueError, OverrideError, GraphError) as e:
         print(f"contextrender explain: {e}", file=sys.stderr)
         return 2
     with graph:
         try:
             sid = _find_session(graph, args.session, path)
-        except ValueError as e:
+            embedder = _recorded_embedder(args.embedding, graph, sid, "explain")
+            policy = build_policy(method_config(args.method), embedder=embedder, compactor=_compactor("extractive"))
+            others = {m: build_policy(method_config(m), embedder=embedder, compactor=_compactor("extractive"))
+                      for m in args.compare}
+            select = getattr(policy, "select", None)  # only the ContextRender family has per-result scores
+            if not callable(select):
+                raise ValueError(f"method {args.method!r} has no per-result scores (use a ContextRender-family "
+                                 "method)")
+        except (ValueError, OverrideError) as e:
+            print(f"contextrender explain: {e}", file=sys.stderr)
+            return 2
+        except ImportError as e:  # the embedder's extra: named by _embedder
             print(f"contextrender explain: {e}", file=sys.stderr)
             return 2
         session = graph.session(sid)
+        sys.stderr.write(f"contextrender explain: embedder {getattr(embedder, 'name', '?')}\n")
         sel = select(session, args.budget)
         compare = {m: p.render(session, args.budget) for m, p in others.items()}
         full = Scope.of(session).full_tokens(session)
@@ -317,41 +462,69 @@ def readiness_lines(messages: list[dict], policies: dict[str, object], budget: i
     return "\n".join(lines)
 
 
+def pick_episode(episodes: list[Any], wanted: str | None, source: Path) -> Any:
+    """The episode ``--episode`` names: its id, or the file's own task id (``7`` picks ``7/trial-0``, the first
+    trial; a harness key ``k`` picks ``k#<attempt>``). ValueError lists the valid ids on a miss."""
+    if not episodes:
+        raise ValueError(f"{source}: no episodes")
+    if wanted is None:
+        return episodes[0]
+    exact = [e for e in episodes if e.task_id == wanted]
+    if exact:
+        return exact[0]
+    prefixed = [e for e in episodes if e.task_id.startswith((f"{wanted}/", f"{wanted}#"))]
+    if prefixed:
+        return prefixed[0]
+    ids = [e.task_id for e in episodes]
+    tasks = sorted({i.split("/trial-")[0] for i in ids}, key=lambda t: (len(t), t))
+    shown = ", ".join(tasks[:20]) + (f", … ({len(tasks)} in all)" if len(tasks) > 20 else "")
+    raise ValueError(f"{source}: no episode {wanted!r}; its task ids are: {shown}"
+                     + (f" (episode ids such as {ids[0]!r} work too)" if ids[0] not in tasks else ""))
+
+
 def _view(args: argparse.Namespace) -> int:
-    from contextrender.graph import ContextGraph, GraphError
+    from contextrender.graph import GraphError
 
     if not 1 <= len(args.methods) <= 2:
         print("contextrender view: --methods takes one or two methods", file=sys.stderr)
         return 2
-    try:
+    try:  # the extras first: a missing one is named, whatever else is wrong
         from contextrender.registry import method_config
-        from contextrender.view import method_view, render_html
-
+        from contextrender.view import MAX_VIEW_BYTES, MAX_VIEW_INVOCATIONS, ViewWindow, method_view, render_html
+    except ImportError as e:
+        print(f"contextrender view: {missing_extra(e, 'view')}", file=sys.stderr)
+        return 2
+    try:
         for m in args.methods:
             method_config(m)  # an unknown name fails here, listing the known ones
-        embedder = _embedder(args.embedding, cache=False)
         source = Path(args.source)
         if args.graph is None and source.exists():  # a trace file: any format replay reads
             from contextrender.experiments.evaluation.traces import read_traces
 
-            episodes = list(read_traces(source))
-            if args.episode is not None:
-                episodes = [e for e in episodes if e.task_id == args.episode]
-            if not episodes:
-                raise ValueError(f"{source}: no episode {args.episode!r}" if args.episode else f"{source}: no episodes")
-            name, messages = episodes[0].task_id, list(episodes[0].messages)
+            episode = pick_episode(list(read_traces(source)), args.episode, source)
+            name, messages = episode.task_id, list(episode.messages)
+            embedder = _recorded_embedder(args.embedding, None, None, "view")
         else:
             path = args.graph or _graph_default()
-            with ContextGraph.snapshot(path) as graph:
+            with _snapshot(path) as graph:
                 name = _find_session(graph, args.source, path)
                 messages = graph.session(name).openai_messages()
-        data = method_view(messages, args.methods, args.budget, session_id=name, embedder=embedder)
-    except (ValueError, GraphError, ImportError, OSError) as e:
+                embedder = _recorded_embedder(args.embedding, graph, name, "view")
+        data = method_view(messages, args.methods, args.budget, session_id=name, embedder=embedder,
+                           window=ViewWindow(args.start, args.end, args.last),
+                           max_invocations=MAX_VIEW_INVOCATIONS, max_bytes=MAX_VIEW_BYTES)
+        page = render_html(data)
+        if len(page.encode("utf-8")) > MAX_VIEW_BYTES:
+            raise ValueError(f"the page is over the view's {MAX_VIEW_BYTES}-byte limit: draw fewer invocations "
+                             "(--from/--to or --last)")
+        out = Path(args.out) if args.out else Path(re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".view.html")
+        write_private(out, page)  # a transcript: a new owner-only file; a symlink is refused, never followed
+    except (ValueError, GraphError, ImportError) as e:
         print(f"contextrender view: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path(re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".view.html")
-    with open_private(out, "w") as f:  # a transcript: owner-only
-        f.write(render_html(data))
+    except OSError as e:
+        print(f"contextrender view: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(out)
     return 0
 
@@ -372,8 +545,7 @@ def _replay(args: argparse.Namespace) -> int:
             write_json,
         )
     except ImportError as e:
-        print(f"contextrender replay: needs the [service] extra ({e}): pip install 'contextrender[service]'",
-              file=sys.stderr)
+        print(f"contextrender replay: {missing_extra(e, 'replay')}", file=sys.stderr)
         return 2
     from contextrender.compaction import make_compactor
 
@@ -413,11 +585,15 @@ def main(argv: list[str] | None = None) -> int:
         return _explain(args)
     if args.command == "view":
         return _view(args)
+    from contextrender.graph import GraphError
+
     configure_logging(args.log_level)
     access = _access(args)
     max_body = int(args.max_body_mb * 1024 * 1024)
     graph = args.graph or _graph_default()
     try:
+        import uvicorn  # noqa: F401 - the server itself: a missing extra is named before anything starts
+
         if args.command == "serve":
             from contextrender.service.server import create_app
 
@@ -430,10 +606,15 @@ def main(argv: list[str] | None = None) -> int:
                                    overrides=dict(args.override) or None, embedding=args.embedding,
                                    compactor=args.compactor, api_key_env=args.api_key_env,
                                    force_env_key=args.force_upstream_key, max_body_bytes=max_body,
-                                   timeout=args.timeout, session_api=not args.no_session_api, access=access)
-    except (ValueError, LockedError, ImportError) as e:  # a bad option, a held graph, a missing extra
-        hint = HASHING_HINT if isinstance(e, ImportError) and "[local]" in str(e) else ""
-        print(f"contextrender {args.command}: {redact(str(e))}{hint}", file=sys.stderr)
+                                   timeout=args.timeout, session_api=not args.no_session_api, access=access,
+                                   stateful_responses=args.stateful_responses)
+    except ImportError as e:  # a missing extra: which one, and the line that installs it
+        local = extra_of(e) == "local"
+        print(f"contextrender {args.command}: {missing_extra(e, args.command, 'service')}"
+              f"{HASHING_HINT if local else ''}", file=sys.stderr)
+        return 2
+    except (ValueError, LockedError, GraphError) as e:  # a bad option, a held or damaged graph
+        print(f"contextrender {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2
     _serve(app, args)
     return 0

@@ -10,9 +10,13 @@ time instead of letting two writers interleave.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import secrets
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -66,6 +70,117 @@ def open_private(path: str | Path, mode: str = "a", encoding: str | None = "utf-
     return open(path, mode, encoding=None if "b" in mode else encoding)
 
 
+def write_private(path: str | Path, text: str, *, append: bool = False, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` (after what it holds, with ``append``) as a new 0600 file, atomically.
+
+    A symlink at ``path`` (dangling or not) is refused, never followed: the text goes into a fresh file
+    created next to it with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and mode 0600, which then replaces ``path``
+    (``os.replace``: readers see the old file or the new one, never half of one; a link put there in
+    between is replaced, not followed). Returns the path.
+
+    Raises:
+        OSError: ``path`` is a symlink or not a regular file, or the write failed (nothing replaced).
+    """
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, f"{p} is a symlink; refusing to write through it (remove it or choose "
+                                   "another file)")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, f"{p} is not a regular file")
+    private_dir(p.parent if str(p.parent) else Path("."))
+    data = text.encode(encoding)
+    if append and st is not None:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as old:
+            data = old.read() + data
+    nofollow = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, PRIVATE_FILE)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 32 random bits
+        raise OSError(errno.EEXIST, f"cannot create a temporary file next to {p}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+#: (st_dev, st_ino) of every file this process holds with :func:`hold_identity_lock` -> who holds it.
+_HELD: dict[tuple[int, int], str] = {}
+
+
+def _flock_holder(dev: int, ino: int) -> str:
+    """The pid holding a ``flock`` on the file (dev, ino), from ``/proc/locks`` (Linux), else ``?``."""
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want:
+                    return parts[4]
+    except OSError:
+        pass
+    return "?"
+
+
+class IdentityLock:
+    """An exclusive ``flock`` on a file itself, so every name of it (hard links, symlinks) is refused."""
+
+    def __init__(self, fd: int, key: tuple[int, int]) -> None:
+        self._fd: int | None = fd
+        self.key = key
+
+    def close(self) -> None:
+        if self._fd is not None:
+            _HELD.pop(self.key, None)
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+
+
+def hold_identity_lock(path: str | Path, *, what: str) -> IdentityLock:
+    """Take an exclusive, non-blocking ``flock`` on the existing file ``path``, keyed by what the file is
+    (``st_dev``, ``st_ino``) rather than by its name: a hard link or a symlink to a held file is refused too.
+
+    A file this process already holds is refused without opening it again (closing a second descriptor
+    of a SQLite file would drop its POSIX locks). Close the returned lock to release it.
+    """
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino)
+    if key in _HELD:
+        raise LockedError(f"{what} is in use by pid {os.getpid()} on {socket.gethostname()} (this process: "
+                          f"{_HELD[key]}); close it first or use another file")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st2 = os.fstat(fd)
+        key = (st2.st_dev, st2.st_ino)  # what was opened (the name may have changed since the stat)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockedError(f"{what} is in use by pid {_flock_holder(*key)} (the same file, under this or another "
+                          "name: a hard link or a symlink to it); stop that process or use another file") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    _HELD[key] = f"{what}"
+    return IdentityLock(fd, key)
+
+
 def hold_lock(path: str | Path, *, what: str) -> IO[Any]:
     """Take an exclusive, non-blocking ``flock`` on ``path``; return the open file (close it to release).
 
@@ -98,4 +213,5 @@ def hold_lock(path: str | Path, *, what: str) -> IO[Any]:
     return f
 
 
-__all__ = ["LockedError", "PRIVATE_DIR", "PRIVATE_FILE", "hold_lock", "open_private", "private_dir", "private_file"]
+__all__ = ["IdentityLock", "LockedError", "PRIVATE_DIR", "PRIVATE_FILE", "hold_identity_lock", "hold_lock",
+           "open_private", "private_dir", "private_file", "write_private"]

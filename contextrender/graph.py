@@ -14,6 +14,7 @@ it would have rendered.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ import numpy as np
 
 from contextrender.embed import checked_output
 from contextrender.events import Message, MessageError, ToolCall, Usage
-from contextrender.files import hold_lock, private_dir, private_file
+from contextrender.files import hold_identity_lock, hold_lock, private_dir, private_file
 from contextrender.tfa import FlowIndex, ReuseEdge
 from contextrender.tokens import MESSAGE_OVERHEAD, TokenCounter
 
@@ -67,6 +68,34 @@ _TABLES = {
 
 class GraphError(RuntimeError):
     """The graph cannot take this input (diverged history, wrong encoding...)."""
+
+
+class GraphWriteError(GraphError):
+    """The graph file refused a write (a full disk, a read-only file, an I/O error). The transaction was
+    rolled back: nothing of the refused operation is stored and everything committed before it is."""
+
+
+class GraphCorrupt(GraphError):
+    """The file is not a readable graph: SQLite cannot open it, or its ``PRAGMA quick_check`` fails."""
+
+
+#: Rows of ``PRAGMA quick_check`` quoted in a :class:`GraphCorrupt` message.
+_CHECK_ROWS = 3
+
+
+def check_integrity(db: sqlite3.Connection, path: str) -> None:
+    """Run SQLite's ``PRAGMA quick_check`` on ``db`` (the file ``path``); :class:`GraphCorrupt` unless it says ok.
+
+    The check reads every page once (linear in the file's size) and needs no write.
+    """
+    try:
+        rows = [" ".join(str(r[0]).split()) for r in db.execute(f"PRAGMA quick_check({_CHECK_ROWS})").fetchall()]
+    except sqlite3.DatabaseError as e:
+        raise GraphCorrupt(f"{path}: not a readable graph file: SQLite quick_check failed: "
+                           f"{' '.join(str(e).split())}") from None
+    if rows != ["ok"]:
+        raise GraphCorrupt(f"{path}: damaged graph file: SQLite quick_check says: {'; '.join(rows)}"
+                           " (restore it from a copy, or start with a new file)")
 
 
 #: What an omitted result's tool message says (docs/method.md §5, project choice): a minimal fixed text.
@@ -132,22 +161,59 @@ class ContextGraph:
     def __init__(self, path: str | Path = ":memory:", *, exclusive: bool = False) -> None:
         self.path = str(path)
         self._lockfile: Any = None
+        self._identity: Any = None
         if self.path != ":memory:":
             private_dir(Path(self.path).parent)
+            existed = Path(self.path).exists()
             if exclusive:
-                # Named after the real path: a symlink to a locked graph cannot take a second lock.
-                self._lockfile = hold_lock(Path(os.path.realpath(self.path) + ".lock"), what=f"graph {self.path}")
-            private_file(Path(self.path))
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._hold(existed)
+            else:
+                private_file(Path(self.path))
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            if self.path != ":memory:" and exclusive and existed:
+                check_integrity(self._db, self.path)  # a long-running writer refuses a damaged file at start
+        except BaseException:
+            self._release_locks()
+            raise
         self._lock = threading.RLock()
         self._tx_depth = 0
         self._sessions: dict[str, Session] = {}
         self._reuse = _ReuseTally()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._create_schema()
+        try:
+            with self._lock:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA foreign_keys=ON")
+                self._create_schema()
+        except BaseException as e:
+            self._db.close()
+            self._release_locks()
+            if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
+                raise GraphCorrupt(f"{self.path}: not a usable graph file: SQLite says: {e}") from None
+            raise
+
+    def _hold(self, existed: bool) -> None:
+        """The exclusive locks of a long-running writer: on the file itself (keyed by its device and inode, so
+        a hard link or a symlink to a held graph is refused too), and on ``<real path>.lock`` (naming the holder)."""
+        p = Path(self.path)
+        what = f"graph {self.path}"
+        if not existed:
+            private_file(p)
+        self._identity = hold_identity_lock(p, what=what)
+        try:
+            self._lockfile = hold_lock(Path(os.path.realpath(self.path) + ".lock"), what=what)
+        except BaseException:
+            self._release_locks()
+            raise
+
+    def _release_locks(self) -> None:
+        if self._lockfile is not None:
+            self._lockfile.close()
+            self._lockfile = None
+        if self._identity is not None:
+            self._identity.close()
+            self._identity = None
 
     def _create_schema(self) -> None:
         db = self._db
@@ -180,17 +246,31 @@ class ContextGraph:
                 finally:
                     self._tx_depth -= 1
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except (sqlite3.OperationalError, OSError) as e:
+                raise self._write_error(e) from e
             self._tx_depth = 1
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            else:
-                self._db.execute("COMMIT")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException as e:
+                    # SQLite may have rolled back already (a full disk does): ROLLBACK only what is open.
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    if isinstance(e, (sqlite3.OperationalError, OSError)):
+                        raise self._write_error(e) from e
+                    raise
             finally:
                 self._tx_depth = 0
+
+    def _write_error(self, e: BaseException) -> GraphWriteError:
+        full = getattr(e, "errno", None) == errno.ENOSPC or "full" in str(e).lower()
+        why = "the disk is full" if full else str(e)
+        return GraphWriteError(f"graph {self.path}: cannot write ({why}); nothing of this operation was stored "
+                               "and everything stored before it is intact — "
+                               + ("free disk space" if full else "fix the file or its folder") + " and retry")
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -227,13 +307,23 @@ class ContextGraph:
             raise GraphError(f"no graph file {p}")
         src = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
         try:
+            check_integrity(src, str(p))
             graph = cls(":memory:")
             with graph._lock:
                 src.backup(graph._db)
             graph._create_schema()  # checks the copied schema version
+        except sqlite3.DatabaseError as e:
+            raise GraphCorrupt(f"{p}: not a usable graph file: SQLite says: {e}") from None
         finally:
             src.close()
         return graph
+
+    def embedders(self, session_id: str | None = None) -> list[str]:
+        """The embedders (their ``name``) whose vectors the file holds — of ``session_id``, or of any session —
+        most used first: what a render of it embedded with (empty when nothing was embedded)."""
+        where, args = ("WHERE session_id = ?", (session_id,)) if session_id is not None else ("", ())
+        return [r[0] for r in self._query(f"SELECT model, COUNT(*) AS n FROM embeddings {where} GROUP BY model "
+                                          "ORDER BY n DESC, model", args)]
 
     def release(self, session_id: str) -> None:
         """Drop a session's in-memory state (its rows stay in the file; reopen to resume)."""
@@ -273,9 +363,7 @@ class ContextGraph:
         with self._lock:
             self._db.close()
             self._sessions.clear()
-            if self._lockfile is not None:
-                self._lockfile.close()  # releases the advisory lock
-                self._lockfile = None
+            self._release_locks()  # after the connection: the identity lock's descriptor is the file's
 
     def __enter__(self) -> ContextGraph:
         return self
@@ -657,5 +745,5 @@ class Session:
         return json.loads(rows[0][0]) if rows else None
 
 
-__all__ = ["ContextGraph", "GraphError", "MessageError", "Session", "ToolResult", "ToolReuse", "OMISSION_MARKER",
-           "attempt_of", "session_of"]
+__all__ = ["ContextGraph", "GraphCorrupt", "GraphError", "GraphWriteError", "MessageError", "OMISSION_MARKER", "Session",
+           "ToolResult", "ToolReuse", "attempt_of", "check_integrity", "session_of"]

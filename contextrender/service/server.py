@@ -7,10 +7,12 @@ the only store; every render is a view.
 
     contextrender serve --port 8765 --graph run.sqlite
 
-Endpoints (JSON; errors are ``{"detail": "..."}`` with a 4xx status: 400 for messages that are not
-valid chat messages — none of the batch is stored —, 422 for a parameter outside its domain:
-method, overrides, budget, session id, 404 for an unknown session, 409 for a history that
-contradicts the stored one; 500 for a policy that broke its contract):
+Endpoints (JSON; every error is ``{"detail": "...", "error": {"message", "type", "code"}}``: 400 for
+messages that are not valid chat messages — none of the batch is stored — or a body that is not JSON,
+422 for a parameter outside its domain: method, overrides, budget (a JSON integer, never a string or
+a boolean), session id, view window; 404 for an unknown session, 409 for a history that contradicts
+the stored one, 413 for a body or a view over its limit, 507 when the graph file cannot be written
+(a full disk: nothing of that request is stored); 500 for a policy that broke its contract):
 
 =======  ===============================  =============================================
 PUT/POST ``/sessions/{id}``               create or resume (``{"meta": {}, "encoding"}``)
@@ -25,7 +27,9 @@ GET      ``/sessions/{id}/scores``         ``?budget=&method=&overrides=`` → o
 GET      ``/sessions/{id}/edges``          TFA reuse edges and c_t(r)
 GET      ``/sessions/{id}/readiness``      call readiness of the session's answers (docs/method.md §11)
 GET      ``/sessions/{id}/export``         the session as a replay-trace line
-GET      ``/sessions/{id}/view``           ``?budget=&methods=a,b`` → the session's HTML view (contextrender/view.py)
+GET      ``/sessions/{id}/view``           ``?budget=&methods=a,b&from=&to=`` (or ``&last=N``) → the session's HTML
+                                           view of those invocations (default the latest 30; at most 200:
+                                           422 above, 413 for a page over 32 MB; contextrender/view.py)
 GET      ``/health``
 =======  ===============================  =============================================
 
@@ -47,6 +51,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -66,6 +71,8 @@ STATUS_OF_KIND: Mapping[ErrorKind, int] = {
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.CONFLICT: 409,
     ErrorKind.INTERNAL: 500,
+    ErrorKind.TOO_LARGE: 413,
+    ErrorKind.STORAGE: 507,
 }
 
 
@@ -117,8 +124,27 @@ class BodyLimitMiddleware:
         await self.app(scope, limited, send)
 
 
+def _validation_message(exc: RequestValidationError) -> str:
+    """One line naming the first refused parameter and why (the value is never echoed: it may be huge)."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    loc = [str(x) for x in first.get("loc", ()) if x not in ("body", "query", "path", "header")]
+    where = f"'{'.'.join(loc)}'" if loc else "the request"
+    if first.get("type") == "int_parsing_size":
+        why = "is too long a number"
+    else:
+        why = str(first.get("msg", "is invalid")).replace("Input should be", "should be")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {why}{more}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer refused session operations with :data:`STATUS_OF_KIND` and an oversized body with 413."""
+    """Every error in the services' JSON shape (:func:`~contextrender.service.guard.error_body`): refused session
+    operations with :data:`STATUS_OF_KIND`, an oversized body with 413, malformed parameters with 422, the
+    framework's own refusals (an unparsable body: 400; no such route: 404) with their status, and anything
+    unexpected with a 500 that names no detail beyond the error's type (the log has the traceback)."""
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -128,6 +154,21 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(_TooLarge)
     async def _too_large(request: Request, exc: _TooLarge) -> JSONResponse:
         return JSONResponse(error_body(413, str(exc.detail)), 413)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(error_body(422, _validation_message(exc)), 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else "invalid request"
+        return JSONResponse(error_body(exc.status_code, detail), exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # The message may hold request data or paths: the client gets the type only, the log the rest.
+        return JSONResponse(error_body(500, f"internal error ({type(exc).__name__}); the service log has the "
+                                            "details"), 500)
 
 
 class SessionBody(BaseModel):
@@ -142,7 +183,7 @@ class MessagesBody(BaseModel):
 
 
 class RenderBody(BaseModel):
-    budget: int | None = Field(default=None, gt=0)
+    budget: Any = None  # checked by the service: a JSON integer > 0, never a string or a boolean
     method: str | None = None
     overrides: dict[str, Any] = Field(default_factory=dict)
     messages: list[Any] | None = None
@@ -243,9 +284,13 @@ def _add_render_routes(r: APIRouter, service: ContextService) -> None:
 
     @r.get("/sessions/{sid}/view", response_model=None)
     def view(sid: str, budget: int | None = Query(default=None, gt=0),
-             methods: str | None = Query(default=None, description="one or two methods, comma-separated")) -> Any:
+             methods: str | None = Query(default=None, description="one or two methods, comma-separated"),
+             start: int | None = Query(default=None, alias="from", ge=0, description="first invocation drawn"),
+             end: int | None = Query(default=None, alias="to", ge=0, description="last invocation drawn"),
+             last: int | None = Query(default=None, ge=1, description="draw the latest N invocations")) -> Any:
+        # A plain def: FastAPI runs it in its thread pool, so the replay never blocks the event loop (/health).
         names = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
-        return HTMLResponse(service.view(sid, budget=budget, methods=names))
+        return HTMLResponse(service.view(sid, budget=budget, methods=names, start=start, end=end, last=last))
 
     @r.get("/sessions/{sid}/export", response_model=None)
     def export(sid: str, format: Literal["json", "jsonl"] = "json") -> Any:

@@ -43,11 +43,20 @@ from contextrender.adapters._common import valid_session_id
 from contextrender.compaction import make_compactor
 from contextrender.embed import make_embedder
 from contextrender.events import Message, MessageError
-from contextrender.graph import ContextGraph, GraphError, Session
+from contextrender.graph import ContextGraph, GraphError, GraphWriteError, Session
 from contextrender.readiness import ReadinessTracker, RenderedText
 from contextrender.registry import OverrideError, build_policy, method_config, validate_overrides
 from contextrender.render import BudgetExceeded, Scope
-from contextrender.service.errors import BadRequest, Conflict, InternalError, InvalidMessages, NotFound, ServiceError
+from contextrender.service.errors import (
+    BadRequest,
+    Conflict,
+    InternalError,
+    InvalidMessages,
+    NotFound,
+    ServiceError,
+    StorageError,
+    TooLarge,
+)
 from contextrender.service.results import (
     AppendResult,
     CallReadiness,
@@ -341,10 +350,13 @@ class ContextService:
                 self._policies.popitem(last=False)
             return pol
 
-    def _budget(self, budget: int | None) -> int:
+    def _budget(self, budget: Any) -> int:
         b = self.default_budget if budget is None else budget
         if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
-            raise BadRequest(f"budget must be a positive integer, got {budget!r}")
+            shown = repr(budget)
+            shown = shown if len(shown) <= 40 else shown[:40] + "…"
+            raise BadRequest(f"'budget' must be a positive integer number of tokens (a JSON number, not a string "
+                             f"or a boolean), got {shown}")
         return b
 
     def _register(self, sid: str) -> None:
@@ -385,6 +397,8 @@ class ContextService:
             counter = TokenCounter(encoding) if encoding else None
             try:
                 session = self.graph.session(sid, counter=counter, meta=meta)
+            except GraphWriteError as e:
+                raise StorageError(str(e)) from None
             except GraphError as e:
                 raise Conflict(str(e)) from None
             if not existed:
@@ -392,7 +406,10 @@ class ContextService:
             with self._guard:
                 self._loaded[sid] = None
                 self._loaded.move_to_end(sid)
-            yield session, not existed
+            try:
+                yield session, not existed
+            except GraphWriteError as e:  # a write inside the operation (embeddings, artifacts) refused
+                raise StorageError(str(e)) from None
         self._evict()
 
     def _evict(self) -> None:
@@ -435,6 +452,8 @@ class ContextService:
     def _store(session: Session, parsed: Sequence[Message]) -> list[int]:
         try:
             return session.extend(parsed)
+        except GraphWriteError as e:  # rolled back: memory and file still hold what was acknowledged
+            raise StorageError(str(e)) from None
         except GraphError as e:
             raise Conflict(str(e)) from None
 
@@ -605,9 +624,23 @@ class ContextService:
         with self._session(sid, create=False) as (session, _):
             return EdgesResult(sid, tuple(session.reuse_edges()), dict(sorted(session.flow.reuse_scores().items())))
 
-    def view(self, sid: str, *, budget: int | None = None, methods: Sequence[str] | None = None) -> str:
-        """The session's HTML view (:mod:`contextrender.view`) under one or two methods (fresh policies)."""
-        from contextrender.view import method_view, render_html
+    def view(self, sid: str, *, budget: int | None = None, methods: Sequence[str] | None = None,
+             start: int | None = None, end: int | None = None, last: int | None = None) -> str:
+        """The session's HTML view (:mod:`contextrender.view`) under one or two methods (fresh policies).
+
+        It draws invocations ``start``..``end`` or the ``last`` N (default: the latest
+        :data:`~contextrender.view.DEFAULT_VIEW_INVOCATIONS`): a window over
+        :data:`~contextrender.view.MAX_VIEW_INVOCATIONS` is refused (:class:`BadRequest`), and so is a page
+        over :data:`~contextrender.view.MAX_VIEW_BYTES` (:class:`TooLarge`), each naming how to narrow it.
+        """
+        from contextrender.view import (
+            MAX_VIEW_BYTES,
+            MAX_VIEW_INVOCATIONS,
+            ViewLimitError,
+            ViewWindow,
+            method_view,
+            render_html,
+        )
 
         b = self._budget(budget)
         names = [self._method(m) for m in (methods or [self.default_method])]
@@ -618,13 +651,23 @@ class ContextService:
         unknown = [m for m in names if m not in method_names()]
         if unknown:
             raise BadRequest(f"unknown method {unknown[0]!r}; known: {', '.join(method_names())}")
+        window = ViewWindow(start, end, last)
         with self._session(sid, create=False) as (session, _):
             messages = session.openai_messages()
         try:  # replayed on fresh in-memory graphs: the stored session is never written
-            data = method_view(messages, names, b, session_id=sid, embedder=self.embedder, compactor=self.compactor)
+            data = method_view(messages, names, b, session_id=sid, embedder=self.embedder, compactor=self.compactor,
+                               window=window, max_invocations=MAX_VIEW_INVOCATIONS, max_bytes=MAX_VIEW_BYTES)
+        except ViewLimitError as e:
+            raise (TooLarge if e.too_large else BadRequest)(str(e)) from None
         except BudgetExceeded as e:
             raise InternalError(f"render failed the budget check: {e}") from None
-        return render_html(data)
+        page = render_html(data)
+        size = len(page.encode("utf-8"))
+        if size > MAX_VIEW_BYTES:
+            w = data.window or {}
+            raise TooLarge(f"the view of invocations {w.get('from')}..{w.get('to')} is {size} bytes, over the "
+                           f"{MAX_VIEW_BYTES}-byte limit: draw fewer invocations (from/to or last)")
+        return page
 
     def export(self, sid: str) -> ExportResult:
         """The session as one replay-trace episode ``{"task_id", "messages"}`` (experiments/evaluation/traces.py)."""

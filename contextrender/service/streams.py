@@ -1,9 +1,12 @@
-"""Between an OpenAI-compatible client and the model: what goes up, and what comes back streamed.
+"""Between a client and the model: what goes up, and what comes back streamed.
 
 :func:`forwarded_messages` is the forwarding rule the proxy and the wrapper share: the rendered
-history in the client's own message objects, only changed bodies replaced. :class:`StreamAssembler`
-rebuilds the assistant message from a streamed answer (SSE bytes), so both can record it.
-Neither knows about HTTP or the graph.
+history in the client's own message objects, only changed bodies replaced (for the Anthropic
+Messages API, :func:`contextrender.service.anthropic_messages.forwarded_messages`).
+:class:`StreamAssembler` rebuilds the assistant message from a streamed chat completion (SSE bytes),
+:class:`AnthropicStreamAssembler` from a streamed Messages API answer and
+:class:`ResponsesStreamAssembler` from a streamed Responses API answer, so each can be recorded.
+None of them knows about HTTP or the graph.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from contextrender.events import Message
+from contextrender.service.anthropic_messages import assistant_message
+from contextrender.service.errors import ServiceError
+from contextrender.service.responses_api import assistant_message as responses_assistant_message
 from contextrender.service.results import RenderResult
 
 
@@ -39,28 +45,13 @@ def forwarded_messages(original: Sequence[Any], render: RenderResult) -> list[An
     return out
 
 
-class StreamAssembler:
-    """Rebuilds choice 0's assistant message from OpenAI SSE chunks.
-
-    Content deltas are concatenated. Tool-call fragments follow OpenAI's
-    chunk semantics: a fragment's ``index`` names its call; a fragment with
-    an ``id`` the call at that index (or, without an index, the latest call)
-    does not have starts a new call; a fragment with neither index nor id
-    continues the latest call. The id and name come from the first fragment
-    that has them; argument strings are concatenated in arrival order.
-    Malformed events (not JSON, a non-object delta or fragment) are counted
-    in ``bad_events`` and skipped: assembling never raises on upstream data.
-    """
+class _ServerSentEvents:
+    """Splits SSE bytes, cut anywhere, into the data of each event (``event:`` and ``id:`` lines are
+    not needed: both APIs name the event inside its JSON); a subclass takes each in :meth:`_data_event`."""
 
     def __init__(self) -> None:
         self._buf = b""
         self._data: list[str] = []
-        self._content: list[str] = []
-        self._calls: list[dict[str, Any]] = []  # in order of first appearance
-        self._by_index: dict[int, int] = {}  # fragment index -> position in _calls
-        self.finish_reason: str | None = None
-        self.done = False  # saw ``data: [DONE]``
-        self.bad_events = 0
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the SSE stream, split anywhere (mid-line, mid-character)."""
@@ -93,6 +84,38 @@ class StreamAssembler:
         if not self._data:
             return
         data, self._data = "\n".join(self._data), []
+        self._data_event(data)
+
+    def _data_event(self, data: str) -> None:
+        raise NotImplementedError
+
+
+class StreamAssembler(_ServerSentEvents):
+    """Rebuilds choice 0's assistant message from OpenAI SSE chunks.
+
+    Content deltas are concatenated. Tool-call fragments follow OpenAI's
+    chunk semantics: a fragment's ``index`` names its call; a fragment with
+    an ``id`` the call at that index (or, without an index, the latest call)
+    does not have starts a new call; a fragment with neither index nor id
+    continues the latest call. The id and name come from the first fragment
+    that has them; argument strings are concatenated in arrival order.
+    Malformed events (not JSON, a non-object delta or fragment) are counted
+    in ``bad_events`` and skipped: assembling never raises on upstream data.
+    """
+
+    #: What says the answer is finished (named when a stream ends without it).
+    FINISH = "finish_reason"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._content: list[str] = []
+        self._calls: list[dict[str, Any]] = []  # in order of first appearance
+        self._by_index: dict[int, int] = {}  # fragment index -> position in _calls
+        self.finish_reason: str | None = None
+        self.done = False  # saw ``data: [DONE]``
+        self.bad_events = 0
+
+    def _data_event(self, data: str) -> None:
         if data.strip() == "[DONE]":
             self.done = True
             return
@@ -181,4 +204,245 @@ class StreamAssembler:
         return msg
 
 
-__all__ = ["StreamAssembler", "forwarded_messages"]
+class AnthropicStreamAssembler(_ServerSentEvents):
+    """Rebuilds the assistant message of a streamed Anthropic Messages API answer.
+
+    ``content_block_start`` opens block ``index`` as the event gives it; its deltas extend it —
+    ``text_delta`` its text, ``thinking_delta`` its thinking, ``signature_delta`` its signature,
+    ``citations_delta`` its citations, ``input_json_delta`` the JSON of a tool's input, parsed when the
+    block stops (an input that is not JSON is kept as its text and counted in ``bad_events``).
+    ``message_delta`` gives the ``stop_reason``, ``message_stop`` ends the answer, an ``error`` event
+    fails it; ``ping`` and event types this does not know are skipped. Assembling never raises on
+    upstream data: malformed events are counted in ``bad_events``.
+    """
+
+    FINISH = "stop_reason"
+    _EXTEND = {"text_delta": ("text", "text"), "thinking_delta": ("thinking", "thinking"),
+               "signature_delta": ("signature", "signature")}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self.stop_reason: str | None = None
+        self.done = False  # saw ``message_stop``
+        self.failed = False  # saw an ``error`` event
+        self.bad_events = 0
+
+    def _data_event(self, data: str) -> None:
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError:
+            self.bad_events += 1
+            return
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+            self._block_event(kind, obj)
+        elif kind == "message_start":
+            start = obj.get("message")
+            content = start.get("content") if isinstance(start, dict) else None
+            for i, block in enumerate(content if isinstance(content, list) else []):
+                if isinstance(block, dict):
+                    self._blocks[i] = dict(block)
+        elif kind == "message_delta":
+            delta = obj.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self.stop_reason = delta["stop_reason"]
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            self.failed = True
+
+    def _block_event(self, kind: str, obj: dict[str, Any]) -> None:
+        index = obj.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            self.bad_events += 1
+        elif kind == "content_block_start":
+            block = obj.get("content_block")
+            if isinstance(block, dict):
+                self._blocks[index] = dict(block)
+            else:
+                self.bad_events += 1
+        elif kind == "content_block_delta":
+            self._delta(index, obj.get("delta"))
+        else:
+            self._stop(index)
+
+    def _delta(self, index: int, delta: Any) -> None:
+        block = self._blocks.get(index)
+        if block is None or not isinstance(delta, dict) or not isinstance(delta.get("type"), str):
+            self.bad_events += 1
+            return
+        kind = delta["type"]
+        if kind in self._EXTEND:
+            field, key = self._EXTEND[kind]
+            piece, so_far = delta.get(key), block.get(field)
+            if isinstance(piece, str):
+                block[field] = (so_far if isinstance(so_far, str) else "") + piece
+        elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            self._json.setdefault(index, []).append(delta["partial_json"])
+        elif kind == "citations_delta" and "citation" in delta:
+            cites = block.get("citations")
+            block["citations"] = [*(cites if isinstance(cites, list) else []), delta["citation"]]
+
+    def _stop(self, index: int) -> None:
+        parts = self._json.pop(index, None)
+        block = self._blocks.get(index)
+        if block is None or not parts or not "".join(parts).strip():
+            return  # no input streamed: the input the block started with stands
+        raw = "".join(parts)
+        try:
+            block["input"] = json.loads(raw)
+        except json.JSONDecodeError:
+            self.bad_events += 1
+            block["input"] = raw
+
+    @property
+    def complete(self) -> bool:
+        """The answer is finished: ``message_stop`` or a ``stop_reason`` came, and no ``error`` event."""
+        return (self.done or self.stop_reason is not None) and not self.failed
+
+    def content(self) -> list[dict[str, Any]]:
+        """The answer's content blocks as assembled so far, in index order (tool inputs still streaming
+        are parsed as they stand)."""
+        for index in list(self._json):
+            self._stop(index)
+        return [self._blocks[i] for i in sorted(self._blocks)]
+
+    def message(self) -> dict[str, Any]:
+        """The answer as the OpenAI-format assistant message the graph stores
+        (:func:`~contextrender.service.anthropic_messages.assistant_message`)."""
+        return assistant_message(self.content())
+
+
+class ResponsesStreamAssembler(_ServerSentEvents):
+    """Rebuilds the output of a streamed OpenAI Responses API answer.
+
+    ``response.output_item.added`` opens item ``output_index``; ``response.output_text.delta`` and
+    ``response.refusal.delta`` extend its content part ``content_index``, ``response.function_call_arguments.delta``
+    its arguments and ``response.custom_tool_call_input.delta`` its input; the matching ``.done`` events and
+    ``response.output_item.done`` replace what the deltas built with the finished text or item. The
+    terminal event's response (``response.completed``, or ``response.incomplete``: cut short, still an answer)
+    gives the whole output when it lists one; ``response.failed`` and ``error`` fail the answer. Other events
+    are skipped. Assembling never raises on upstream data: malformed events are counted in ``bad_events``.
+    """
+
+    FINISH = "response.completed"
+    _TERMINAL = frozenset({"response.completed", "response.incomplete"})
+    _EXTEND = {"response.function_call_arguments.delta": "arguments", "response.custom_tool_call_input.delta": "input"}
+    _FINISHED = {"response.function_call_arguments.done": "arguments", "response.custom_tool_call_input.done": "input"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._items: dict[int, dict[str, Any]] = {}
+        self._final: list[Any] | None = None
+        self.status: str | None = None
+        self.done = False  # saw the terminal event
+        self.failed = False  # saw ``response.failed`` or ``error``
+        self.bad_events = 0
+
+    def _data_event(self, data: str) -> None:
+        if data.strip() == "[DONE]":  # not the Responses API's, but some compatible servers end with it
+            return
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError:
+            self.bad_events += 1
+            return
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if not isinstance(kind, str):
+            self.bad_events += 1
+        elif kind in self._TERMINAL:
+            self.done = True
+            resp = obj.get("response")
+            output = resp.get("output") if isinstance(resp, dict) else None
+            self.status = resp.get("status") if isinstance(resp, dict) else None
+            if isinstance(output, list) and output:
+                self._final = output
+        elif kind in ("response.failed", "error"):
+            self.failed = True
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item, index = obj.get("item"), self._index(obj)
+            if isinstance(item, dict) and index is not None:
+                self._items[index] = dict(item)
+            else:
+                self.bad_events += 1
+        elif kind in ("response.output_text.delta", "response.output_text.done", "response.refusal.delta",
+                      "response.refusal.done", "response.content_part.added", "response.content_part.done"):
+            self._part_event(kind, obj)
+        elif kind in self._EXTEND or kind in self._FINISHED:
+            self._call_event(kind, obj)
+
+    def _index(self, obj: dict[str, Any]) -> int | None:
+        index = obj.get("output_index")
+        return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+    def _item(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        index = self._index(obj)
+        item = self._items.get(index) if index is not None else None
+        if item is None:
+            self.bad_events += 1
+        return item
+
+    def _part_event(self, kind: str, obj: dict[str, Any]) -> None:
+        item = self._item(obj)
+        j = obj.get("content_index", 0)
+        if item is None or not isinstance(j, int) or isinstance(j, bool) or j < 0:
+            return
+        content = item.get("content")
+        parts = list(content) if isinstance(content, list) else []
+        while len(parts) <= j:
+            parts.append({})
+        part = dict(parts[j]) if isinstance(parts[j], dict) else {}
+        if kind.startswith("response.content_part."):
+            if isinstance(obj.get("part"), dict):
+                part = dict(obj["part"])
+        else:
+            field = "refusal" if kind.startswith("response.refusal.") else "text"
+            part.setdefault("type", "refusal" if field == "refusal" else "output_text")
+            if kind.endswith(".delta") and isinstance(obj.get("delta"), str):
+                so_far = part.get(field)
+                part[field] = (so_far if isinstance(so_far, str) else "") + obj["delta"]
+            elif kind.endswith(".done") and isinstance(obj.get(field), str):
+                part[field] = obj[field]
+        parts[j] = part
+        item["content"] = parts
+
+    def _call_event(self, kind: str, obj: dict[str, Any]) -> None:
+        item = self._item(obj)
+        if item is None:
+            return
+        if kind in self._EXTEND and isinstance(obj.get("delta"), str):
+            field = self._EXTEND[kind]
+            so_far = item.get(field)
+            item[field] = (so_far if isinstance(so_far, str) else "") + obj["delta"]
+        elif kind in self._FINISHED and isinstance(obj.get(self._FINISHED[kind]), str):
+            item[self._FINISHED[kind]] = obj[self._FINISHED[kind]]
+
+    @property
+    def complete(self) -> bool:
+        """The answer is finished (``response.completed`` or ``response.incomplete``) and did not fail."""
+        return self.done and not self.failed
+
+    def output(self) -> list[Any]:
+        """The answer's output items: the terminal response's, else the items as assembled so far."""
+        if self._final is not None:
+            return list(self._final)
+        return [self._items[i] for i in sorted(self._items)]
+
+    def message(self) -> dict[str, Any]:
+        """The answer as the OpenAI-format assistant message the graph stores
+        (:func:`~contextrender.service.responses_api.assistant_message`); an item it cannot read (a call
+        without its ``call_id``) is left out and counted in ``bad_events``."""
+        items = []
+        for item in self.output():
+            try:
+                responses_assistant_message([item])
+            except ServiceError:
+                self.bad_events += 1
+            else:
+                items.append(item)
+        return responses_assistant_message(items)
+
+
+__all__ = ["AnthropicStreamAssembler", "ResponsesStreamAssembler", "StreamAssembler", "forwarded_messages"]

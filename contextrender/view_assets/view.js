@@ -12,8 +12,12 @@
   var bySeq = {}, resultIndex = {}, toolNames = {};
   D.messages.forEach(function (m) { bySeq[m.seq] = m; });
   D.results.forEach(function (r) { resultIndex[r.seq] = r.index; toolNames[r.tool] = true; });
+  // state.t indexes D.invocations (the drawn window); D.invocations[k].t is the invocation's own number.
   var state = {a: D.policies[0], b: D.policies[1] || "", t: D.invocations.length - 1, tool: "", recall: true,
                collapse: true, selected: null, only: null};
+  var W = D.window || {from: 0, to: D.invocations.length - 1, invocations: D.invocations.length, first_seq: 0,
+                       earlier_results: 0};
+  function position(t) { return Math.max(0, Math.min(D.invocations.length - 1, t - W.from)); }
 
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
@@ -38,14 +42,19 @@
   var slider = el("input", {type: "range", min: 0, max: D.invocations.length - 1, value: state.t, id: "invocation"});
   slider.addEventListener("input", function () { state.t = +slider.value; refresh(); });
   var wrapInv = el("label", {}, "invocation "); wrapInv.appendChild(slider); wrapInv.appendChild(invLabel); controls.appendChild(wrapInv);
-  var jump = el("input", {type: "number", min: 0, max: D.invocations.length - 1, id: "jump", style: "width:5em"});
+  var jump = el("input", {type: "number", min: W.from, max: W.to, id: "jump", style: "width:5em"});
   jump.addEventListener("change", function () {
-    var t = Math.max(0, Math.min(D.invocations.length - 1, +jump.value || 0));
+    var t = position(+jump.value || 0);
     state.t = t; slider.value = t; refresh();
     var row = document.getElementById("m-" + D.invocations[t].seq) || document.getElementById("m-" + (D.invocations[t].seq - 1));
     if (row) row.scrollIntoView({block: "center"});
   });
   var wrapJump = el("label", {}, "jump to turn "); wrapJump.appendChild(jump); controls.appendChild(wrapJump);
+  if (W.from > 0 || W.to < W.invocations - 1) {  // a window of a longer session: say what is left out
+    controls.appendChild(el("span", {id: "window-note", "class": "hint"},
+      "invocations " + W.from + "–" + W.to + " of 0–" + (W.invocations - 1) + " drawn; messages before #" +
+      W.first_seq + " are left out but for the " + W.earlier_results + " earlier results these renders show"));
+  }
   select("tool", [["", "all tools"]].concat(Object.keys(toolNames).sort().map(function (t) { return [t, t]; })), "",
          function (v) { state.tool = v; applyFilter(); drawEdges(); }, "tool-filter");
   var onlyBox = el("label", {}); var onlyCheck = el("input", {type: "checkbox", id: "only-selected"});
@@ -157,7 +166,7 @@
     [state.a, state.b].forEach(function (p) { var r = p ? readyShare(p) : ""; if (r) parts.push(r); });
     invLabel.textContent = " " + parts.join(" · ");
     drawReadiness();
-    jump.value = state.t;
+    jump.value = inv.t;
     D.messages.forEach(function (m) {
       var row = rows[m.seq];
       row.classList.toggle("later", m.seq >= inv.seq);
@@ -225,7 +234,8 @@
     var r = D.results[resultIndex[seq]];
     details.textContent = "";
     details.appendChild(el("h3", {}, "#" + seq + " " + r.tool));
-    details.appendChild(el("p", {}, r.tokens + " tokens · produced by turn " + r.invocation + " · at t = " + state.t));
+    details.appendChild(el("p", {}, r.tokens + " tokens · produced by turn " + r.invocation + " · at t = " +
+                           D.invocations[state.t].t));
     var table = el("table", {"id": "scores"});
     var head = el("tr"); ["", "state", "age", "c_t", "s_t", "U_t", "D(r,S)", "pick", "reason"].forEach(function (h) { head.appendChild(el("th", {}, h)); });
     table.appendChild(head);
@@ -263,7 +273,7 @@
   // &only=1 shows just that result, its call, the messages that reuse it and the next invocation.
   var hash = {};
   location.hash.replace(/^#/, "").split("&").forEach(function (kv) { var p = kv.split("="); if (p[0]) hash[p[0]] = p[1]; });
-  if (hash.t !== undefined && +hash.t >= 0 && +hash.t < D.invocations.length) { state.t = +hash.t; slider.value = state.t; }
+  if (hash.t !== undefined && +hash.t >= W.from && +hash.t <= W.to) { state.t = position(+hash.t); slider.value = state.t; }
   if (hash.only && hash.seq !== undefined && (+hash.seq) in resultIndex) state.only = +hash.seq;
   onlyCheck.checked = state.only !== null;
   applyFilter();

@@ -62,7 +62,15 @@ Replay speed, written to ``results/bench/replay_speed.json``:
   adds the cold replay without the prefetch (each text embedded when a policy
   asks, mostly one at a time: how replay ran before), several minutes more.
 
-``--skip-overhead``, ``--skip-embed`` and ``--skip-replay`` leave parts out
+The session view, written to ``results/bench/view.json``: the default view
+(``GET /sessions/{id}/view``: the latest invocations, contextrender beside
+prune, hashing embeddings) of a synthetic ``--view-messages`` (10,000) message
+session built through :class:`~contextrender.service.sessions.ContextService`,
+and of one a tenth its size; the seconds of each, their ratio (the view's work
+grows with its window, not the session: the ratio stays far below 10), and
+whether the large one met the target of :data:`VIEW_TARGET_S` seconds.
+
+``--skip-overhead``, ``--skip-embed``, ``--skip-replay`` and ``--skip-view`` leave parts out
 (the replay is the longest part: about 2–4 minutes on 2 cores).
 """
 
@@ -97,6 +105,9 @@ from contextrender.tfa import ReuseEdge, extract_values, match_tokens
 
 DEFAULT_OUT = Path("results/bench/overhead.json")
 DEFAULT_SPEED_OUT = Path("results/bench/replay_speed.json")
+DEFAULT_VIEW_OUT = Path("results/bench/view.json")
+#: Seconds a 10,000-message session's default view may take (2 shared cores); see run_view.
+VIEW_TARGET_S = 5.0
 DEFAULT_RUNS = Path("results/runs")
 #: The recorded Full traces the replay part uses, half each (file name part → benchmark label).
 REPLAY_SETS = {"tau2_retail": "τ²-retail", "bfcl_multi_turn_long_context": "BFCL multi-turn long-context"}
@@ -409,15 +420,7 @@ def measure_size(graph: ContextGraph, n: int, args: argparse.Namespace, emb: Pre
         row: dict[str, Any] = {"tfa": tfa_s * 1e3, "graph_insert": (add_s - tfa_s) * 1e3, "add_cpu": add_cpu * 1e3}
         emb.frozen = True
         for key, b in (("primary", args.budget), ("large", large)):
-            gc.collect()
-            ms, _ = probe.run(cr, session, b)
-            sel = cr.select(session, b)  # untimed, with explanations: candidate and pick counts
-            row[key] = ms
-            row[key]["candidates"] = sum(s.candidate for s in sel.scores)
-            row[key]["results"] = len(sel.scores)
-            row[key]["picked"] = sum(s.pick is not None for s in sel.scores)
-            row[key]["rendered_tokens"] = sel.rendered.tokens
-            row[key]["budget"] = b
+            row[key] = _time_select(probe, cr, session, b)
         emb.frozen = False
         # Incremental TFA for this invocation: the new turn's scan + c_t for all results
         # (the reuse_scores call inside the primary select).
@@ -444,21 +447,39 @@ def measure_size(graph: ContextGraph, n: int, args: argparse.Namespace, emb: Pre
         "naive_ms": _median(naive_ms), "incremental_ms": _median(incr_ms),
     }
     for key in ("primary", "large"):
-        keys = [k for k in rows[0][key] if k not in ("budget",)]
-        phase = {k: _median([r[key][k] for r in rows]) for k in keys}
-        # The issue's per-invocation total: TFA update + scoring + selection. The SQLite insert
-        # (storage, not method overhead) is reported beside it as graph_insert.
-        totals = [r["tfa"] + r[key]["scoring"] + r[key]["selection"] for r in rows]
-        phase["total"] = _median(totals)
-        phase["total_p90"] = float(np.percentile(totals, 90))
-        # Same invocation in CPU time of this thread: insensitive to other processes on a shared machine.
-        phase["total_cpu"] = _median([r["add_cpu"] + r[key]["select_call_cpu"] for r in rows])
-        phase["budget_min"] = min(r[key]["budget"] for r in rows)
-        phase["budget_max"] = max(r[key]["budget"] for r in rows)
-        phase["every_result_a_candidate"] = all(r[key]["candidates"] == r[key]["results"] for r in rows)
-        out[key] = phase
+        out[key] = _phase(rows, key)
     out["embedding_calls_while_timed"] = emb.misses_while_frozen
     return out
+
+
+def _time_select(probe: SelectProbe, cr: ContextRender, session: Any, budget: int) -> dict[str, Any]:
+    """One timed selection at ``budget`` (its phases, in ms), then an untimed one with explanations for the counts."""
+    gc.collect()
+    ms, _ = probe.run(cr, session, budget)
+    sel = cr.select(session, budget)
+    ms["candidates"] = sum(s.candidate for s in sel.scores)
+    ms["results"] = len(sel.scores)
+    ms["picked"] = sum(s.pick is not None for s in sel.scores)
+    ms["rendered_tokens"] = sel.rendered.tokens
+    ms["budget"] = budget
+    return ms
+
+
+def _phase(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Medians of one budget's timed invocations, and the per-invocation totals."""
+    keys = [k for k in rows[0][key] if k not in ("budget",)]
+    phase = {k: _median([r[key][k] for r in rows]) for k in keys}
+    # The per-invocation total: TFA update + scoring + selection. The SQLite insert
+    # (storage, not method overhead) is reported beside it as graph_insert.
+    totals = [r["tfa"] + r[key]["scoring"] + r[key]["selection"] for r in rows]
+    phase["total"] = _median(totals)
+    phase["total_p90"] = float(np.percentile(totals, 90))
+    # Same invocation in CPU time of this thread: insensitive to other processes on a shared machine.
+    phase["total_cpu"] = _median([r["add_cpu"] + r[key]["select_call_cpu"] for r in rows])
+    phase["budget_min"] = min(r[key]["budget"] for r in rows)
+    phase["budget_max"] = max(r[key]["budget"] for r in rows)
+    phase["every_result_a_candidate"] = all(r[key]["candidates"] == r[key]["results"] for r in rows)
+    return phase
 
 
 def tfa_throughput(mb: float, seed: int, repeats: int = 3) -> dict[str, float]:
@@ -717,6 +738,52 @@ def run_speed(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def view_session(n_messages: int) -> list[dict[str, Any]]:
+    """A synthetic agent session of about ``n_messages`` messages: calls whose results name the record an
+    earlier result named nine turns before (reuse edges reaching back), ~70 tokens each."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                  {"role": "user", "content": "Audit every record."}]
+    for i in range(max(1, (n_messages - 2) // 2)):
+        back = f"REC_{max(i - 9, 0):05d}"
+        msgs += [{"role": "assistant", "content": f"Reading part {i}.", "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": f"read_{i % 7}",
+                                                             "arguments": json.dumps({"ref": back})}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"REC_{i:05d} links {back} " + "pad " * 60}]
+    return msgs
+
+
+def _timed_view(n_messages: int, methods: Sequence[str]) -> dict[str, Any]:
+    from contextrender.service.sessions import ContextService
+
+    msgs = view_session(n_messages)
+    with tempfile.TemporaryDirectory(prefix="cr-bench-view-") as d:
+        svc = ContextService(str(Path(d) / "g.sqlite"), embedder=HashingEmbedder(dim=256), default_budget=4000,
+                             warm=False)
+        try:
+            svc.append("view", msgs)
+            start = time.perf_counter()
+            page = svc.view("view", methods=list(methods))
+            seconds = time.perf_counter() - start
+        finally:
+            svc.close()
+    return {"messages": len(msgs), "seconds": round(seconds, 3), "page_bytes": len(page.encode("utf-8"))}
+
+
+def run_view(args: argparse.Namespace) -> dict[str, Any]:
+    """The default view of a large session and of one a tenth its size, timed (docstring: the view part)."""
+    from contextrender.view import DEFAULT_VIEW_INVOCATIONS
+
+    methods = ("contextrender", "prune")
+    _timed_view(200, methods)  # warm-up: tokenizer tables, imports, the compactor
+    small = _timed_view(max(20, args.view_messages // 10), methods)
+    large = _timed_view(args.view_messages, methods)
+    return {"methods": list(methods), "budget": 4000, "embedder": "hashing-256",
+            "invocations_drawn": DEFAULT_VIEW_INVOCATIONS, "large": large, "small": small,
+            "ratio_large_to_small": round(large["seconds"] / max(small["seconds"], 1e-9), 2),
+            "target_s": VIEW_TARGET_S, "within_target": large["seconds"] <= VIEW_TARGET_S,
+            "machine": machine_info()}
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or ""
     try:
@@ -850,6 +917,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     speed.add_argument("--skip-overhead", action="store_true", help="leave out the per-invocation overhead part")
     speed.add_argument("--skip-embed", action="store_true", help="leave out the embedding throughput part")
     speed.add_argument("--skip-replay", action="store_true", help="leave out the cold/warm replay part (the longest)")
+    speed.add_argument("--skip-view", action="store_true", help="leave out the session-view timing")
+    speed.add_argument("--view-messages", type=int, default=None,
+                       help="messages of the session whose view is timed (10000; quick 1000)")
+    speed.add_argument("--view-out", type=Path, default=DEFAULT_VIEW_OUT,
+                       help=f"JSON report of the view timing (default {DEFAULT_VIEW_OUT})")
     speed.add_argument("--speed-out", type=Path, default=DEFAULT_SPEED_OUT,
                        help=f"JSON report of the replay-speed parts (default {DEFAULT_SPEED_OUT})")
     speed.add_argument("--speed-embedder", choices=("local", "hashing"), default="local",
@@ -875,8 +947,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.tfa_mb = args.tfa_mb if args.tfa_mb is not None else (0.5 if q else 10.0)
     args.embed_texts = args.embed_texts if args.embed_texts is not None else (24 if q else 240)
     args.replay_traces = args.replay_traces if args.replay_traces is not None else (6 if q else 200)
+    args.view_messages = args.view_messages if args.view_messages is not None else (1000 if q else 10000)
     if min(args.sizes) < 1 or args.repeats < 1 or args.naive_repeats < 1:
         ap.error("--sizes, --repeats and --naive-repeats must be positive")
+    if args.view_messages < 4:
+        ap.error("--view-messages must be at least 4")
     if args.embed_texts < 1 or args.embed_rounds < 1 or args.replay_traces < 1:
         ap.error("--embed-texts, --embed-rounds and --replay-traces must be positive")
     return args
@@ -904,6 +979,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             raise SystemExit("replay results differ between cold, warm (and no-prefetch) runs: see "
                              f"{args.speed_out}")
         report = {**report, "replay_speed": speed}
+    if not args.skip_view:
+        view = run_view(args)
+        args.view_out.parent.mkdir(parents=True, exist_ok=True)
+        args.view_out.write_text(json.dumps(view, indent=2) + "\n")
+        print(f"\nsession view, default window ({view['invocations_drawn']} invocations): "
+              f"{view['large']['messages']} messages {view['large']['seconds']:.2f} s, "
+              f"{view['small']['messages']} messages {view['small']['seconds']:.2f} s (ratio "
+              f"{view['ratio_large_to_small']}); target {view['target_s']:.0f} s: "
+              f"{'met' if view['within_target'] else 'MISSED'}; wrote {args.view_out}")
+        report = {**report, "view": view}
     return report
 
 

@@ -22,7 +22,8 @@ SIZES = (50, 200)
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "overhead.json"
     report = bench.main(["--quick", "--sizes", *map(str, SIZES), "--repeats", "3", "--naive-repeats", "2",
-                         "--tfa-mb", "0.2", "--no-progress", "--out", str(out), "--skip-embed", "--skip-replay"])
+                         "--tfa-mb", "0.2", "--no-progress", "--out", str(out), "--skip-embed", "--skip-replay",
+                         "--skip-view"])
     return report, json.loads(out.read_text())
 
 
@@ -86,7 +87,7 @@ def speed_run(tmp_path_factory):
     out = d / "replay_speed.json"
     report = bench.main(["--quick", "--skip-overhead", "--speed-embedder", "hashing", "--replay-traces", "4",
                          "--replay-methods", "prune", "contextrender", "semantic_retrieval", "--replay-baseline",
-                         "--runs", str(d / "no-runs"), "--no-progress", "--speed-out", str(out)])
+                         "--runs", str(d / "no-runs"), "--no-progress", "--speed-out", str(out), "--skip-view"])
     return report, json.loads(out.read_text())
 
 
@@ -119,3 +120,17 @@ def test_replay_methods_are_ten_budgeted_catalogue_methods():
     assert set(catalogue.group("recall")) - {"full"} <= set(methods)
     policies, _ = build_policies(methods, embedder=bench.HashingEmbedder(dim=32), compactor=bench.ExtractiveCompactor())
     assert all(p.budgeted for p in policies.values())
+
+
+def test_view_timing_is_written(tmp_path):
+    """The session-view part alone: the default view of a large session and of a tenth of it, timed."""
+    out = tmp_path / "view.json"
+    report = bench.main(["--quick", "--skip-overhead", "--skip-embed", "--skip-replay", "--view-messages", "2000",
+                         "--view-out", str(out)])
+    data = json.loads(out.read_text())
+    assert report == {"view": data}
+    assert data["large"]["messages"] == 2000 and data["small"]["messages"] == 200
+    assert _finite_positive(data["large"]["seconds"]) and _finite_positive(data["ratio_large_to_small"])
+    assert data["target_s"] == bench.VIEW_TARGET_S and isinstance(data["within_target"], bool)
+    # The page holds the window, not the session: about the same size for both sessions.
+    assert data["large"]["page_bytes"] < 3 * data["small"]["page_bytes"]

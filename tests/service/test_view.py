@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from contextrender.graph import ContextGraph
 from contextrender.registry import build_policy, method_config
 from contextrender.service.server import create_app
 from contextrender.service.sessions import ContextService
-from contextrender.view import browser, chromium, method_view, render_html, view_data
+from contextrender.view import ViewWindow, browser, chromium, method_view, render_html, view_data
 
 from .conftest import serve
 
@@ -182,7 +183,9 @@ def test_a_500_result_session_opens(tmp_path):
             {"role": "tool", "tool_call_id": f"c{i}", "content": f"REC_{i:04d} links REC_{max(i - 9, 0):04d} "
                                                                    + "pad " * 60}]
     page_file = tmp_path / "big.html"
-    page_file.write_text(render_html(method_view(msgs, ["contextrender", "prune"], 4000)), encoding="utf-8")
+    # Every invocation, as a library caller may ask (the service and the CLI draw at most MAX_VIEW_INVOCATIONS).
+    page_file.write_text(render_html(method_view(msgs, ["contextrender", "prune"], 4000,
+                                                 window=ViewWindow.everything())), encoding="utf-8")
     dom = browser(page_file, dump_dom=True)
     assert 'data-ready="1"' in dom and dom.count('class="msg ') == len(msgs)
 
@@ -228,3 +231,149 @@ def test_server_serves_the_same_page(tmp_path):
         assert len(svc.transcript("dinner").messages) == len(dinner_bill())  # nothing written by the view
     finally:
         svc.close()
+
+
+# -- bounded views: a window of invocations, limits as JSON errors, off the event loop -------------
+
+
+def _long_session(n_turns: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Audit everything."}]
+    for i in range(n_turns):
+        msgs += [{"role": "assistant", "content": f"Reading part {i}.", "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": f"read_{i % 7}",
+                                                             "arguments": json.dumps({"ref": f"REC_{max(i - 9, 0):05d}"})}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"REC_{i:05d} links REC_{max(i - 9, 0):05d} "
+                                                                   + "pad " * 60}]
+    return msgs
+
+
+class _Counting:
+    """A policy that counts its renders and the longest history it was asked to render."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls, self.longest = inner, 0, 0
+        self.name = inner.name
+        if callable(getattr(inner, "select", None)):
+            self.select = self._select
+
+    def _note(self, session) -> None:
+        self.calls += 1
+        self.longest = max(self.longest, len(session))
+
+    def _select(self, session, budget):
+        self._note(session)
+        return self.inner.select(session, budget)
+
+    def render(self, session, budget):
+        self._note(session)
+        return self.inner.render(session, budget)
+
+
+def test_a_view_renders_only_its_window():
+    from contextrender.view import DEFAULT_VIEW_INVOCATIONS
+
+    msgs = _long_session(5000)  # 10,002 messages, 5,001 invocations
+    emb = HashingEmbedder(dim=64)
+    policies = {m: _Counting(build_policy(method_config(m), embedder=emb)) for m in ("contextrender", "prune")}
+    data = view_data(msgs, policies, 4000).to_json()
+    assert [p.calls for p in policies.values()] == [DEFAULT_VIEW_INVOCATIONS] * 2  # not one per invocation
+    assert [i["t"] for i in data["invocations"]] == list(range(5001 - DEFAULT_VIEW_INVOCATIONS, 5001))
+    assert data["window"]["invocations"] == 5001 and data["window"]["messages"] == len(msgs)
+    # The page holds the window's messages and the earlier results its renders show, not the session.
+    assert len(data["messages"]) < 6 * DEFAULT_VIEW_INVOCATIONS
+    assert all(len(codes) == len(data["results"]) for codes in data["states"]["prune"])
+    # A window at the start renders short histories only.
+    early = {m: _Counting(build_policy(method_config(m), embedder=emb)) for m in ("prune",)}
+    data = view_data(msgs, early, 4000, window=ViewWindow(start=0, end=9)).to_json()
+    assert early["prune"].calls == 10 and early["prune"].longest < 25
+    assert [i["t"] for i in data["invocations"]] == list(range(10))
+
+
+def test_a_window_draws_what_the_whole_view_draws():
+    emb = HashingEmbedder(dim=64)
+    msgs = dinner_bill()
+    whole = method_view(msgs, ["contextrender", "prune"], 3000, embedder=emb, window=ViewWindow.everything()).to_json()
+    part = method_view(msgs, ["contextrender", "prune"], 3000, embedder=emb, window=ViewWindow(5, 9)).to_json()
+    assert [i["t"] for i in part["invocations"]] == [5, 6, 7, 8, 9]
+    index = {r["seq"]: r["index"] for r in whole["results"]}
+    for p in ("contextrender", "prune"):
+        for k, inv in enumerate(part["invocations"]):
+            assert part["tokens"][p][k] == whole["tokens"][p][inv["t"]]
+            for r in part["results"]:
+                assert part["states"][p][k][r["index"]] == whole["states"][p][inv["t"]][index[r["seq"]]], (p, inv, r)
+    last3 = method_view(msgs, ["prune"], 3000, embedder=emb, window=ViewWindow(last=3)).to_json()
+    assert [i["t"] for i in last3["invocations"]] == [i["t"] for i in whole["invocations"][-3:]]
+
+
+class _GatedEmbedder(HashingEmbedder):
+    """Blocks in embed_documents, once armed, until released: the view is mid-work while /health is asked."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=64)
+        self.armed, self.entered, self.release = False, threading.Event(), threading.Event()
+
+    def embed_documents(self, texts):
+        if self.armed:
+            self.entered.set()
+            self.release.wait(60)
+        return super().embed_documents(texts)
+
+
+def test_the_service_view_of_a_10000_message_session_is_bounded_and_off_the_event_loop(tmp_path, monkeypatch):
+    from contextrender.view import DEFAULT_VIEW_INVOCATIONS, MAX_VIEW_INVOCATIONS
+
+    emb = _GatedEmbedder()
+    svc = ContextService(str(tmp_path / "g.sqlite"), embedder=emb, default_budget=4000, warm=False)
+    msgs = _long_session(5000)
+    try:
+        with serve(create_app(service=svc)) as url, httpx.Client(base_url=url, timeout=120) as c:
+            for k in range(0, len(msgs), 2000):  # built through the real API, like any client would
+                assert c.post("/sessions/big/messages", json=msgs[k:k + 2000]).status_code == 200
+            emb.armed = True
+            box: dict = {}
+            viewer = threading.Thread(target=lambda: box.setdefault("r", c.get("/sessions/big/view?methods=contextrender,prune")))
+            viewer.start()
+            assert emb.entered.wait(60), "the view never embedded"
+            health = httpx.get(f"{url}/health", timeout=10)  # while the view's replay is blocked mid-way
+            assert health.status_code == 200 and "r" not in box
+            emb.armed = False
+            emb.release.set()
+            viewer.join(120)
+            r = box["r"]
+            assert r.status_code == 200
+            _page, data = _parse(r.text)
+            assert len(data["invocations"]) == DEFAULT_VIEW_INVOCATIONS and data["window"]["invocations"] == 5001
+            transcript = len(json.dumps(msgs))
+            assert len(r.content) < transcript / 4  # the page grows with the window, not the session
+            # Limits: a window too wide is 422, a page too large 413; both JSON, naming how to narrow them.
+            r = c.get(f"/sessions/big/view?from=0&to={MAX_VIEW_INVOCATIONS + 50}")
+            assert r.status_code == 422 and r.headers["content-type"].startswith("application/json")
+            assert f"at most {MAX_VIEW_INVOCATIONS}" in r.json()["detail"] and "from/to or last" in r.json()["detail"]
+            for q in ("from=6000", "last=0", "from=9&to=3", "from=1&last=2", "to=-1"):
+                r = c.get(f"/sessions/big/view?{q}")
+                assert r.status_code == 422 and isinstance(r.json()["detail"], str), q
+            assert c.get("/sessions/big/view?last=3").status_code == 200
+            monkeypatch.setattr("contextrender.view.MAX_VIEW_BYTES", 50_000)
+            r = c.get("/sessions/big/view?last=40")
+            assert r.status_code == 413 and "50000-byte limit" in r.json()["detail"]
+            assert "from/to or last" in r.json()["detail"]
+    finally:
+        emb.release.set()
+        svc.close()
+
+
+def test_cli_view_takes_a_window(tmp_path, capsys):
+    from contextrender.cli import main
+
+    graph = tmp_path / "g.sqlite"
+    with ContextGraph(graph) as g:
+        g.session("long").extend(_long_session(300))
+    out = tmp_path / "v.html"
+    base = ["view", "long", "--graph", str(graph), "--budget", "3000", "--methods", "prune", "--embedding",
+            "hashing", "--out", str(out)]
+    assert main([*base, "--last", "4"]) == 0
+    assert [i["t"] for i in _parse(out.read_text(encoding="utf-8"))[1]["invocations"]] == [297, 298, 299, 300]
+    assert main([*base, "--from", "10", "--to", "12"]) == 0
+    assert [i["t"] for i in _parse(out.read_text(encoding="utf-8"))[1]["invocations"]] == [10, 11, 12]
+    assert main([*base, "--from", "0", "--to", "299"]) == 2
+    assert "at most 200" in capsys.readouterr().err

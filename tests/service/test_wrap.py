@@ -481,6 +481,9 @@ def test_arguments_and_errors(fake_upstream, tmp_path):
     for bad in (0, -5, True, 1.5):
         with pytest.raises(ValueError, match="budget"):
             contextrender.wrap(sdk(url), budget=bad, embedder=HashingEmbedder())
+    for bad in (True, 1.5, "2000"):  # not an int at all: a TypeError (still a ValueError, as before)
+        with pytest.raises(TypeError, match="budget must be an int"):
+            contextrender.wrap(sdk(url), budget=bad, embedder=HashingEmbedder())
     with pytest.raises(ValueError, match="unknown method"):
         wrapped(url, method="nope")
     with pytest.raises(ValueError, match="weights.reuse"):

@@ -1,0 +1,170 @@
+"""``contextrender.wrap`` for the OpenAI Responses API: ``client.responses.create`` of ``openai.OpenAI`` and
+``AsyncOpenAI``.
+
+    client = contextrender.wrap(OpenAI(), budget=6000)
+    client.responses.create(model=..., instructions=..., input=items, tools=tools)  # as before
+
+What the proxy's ``POST /v1/responses`` does, without the HTTP hop
+(:mod:`contextrender.service.responses_api`): each ``responses.create`` converts ``instructions`` and
+``input`` to the OpenAI-format history the graph stores, syncs and renders it under B like a chat
+completion, sends the render as the caller's own input items (kept items untouched, so reasoning items
+and their encrypted content go as given; calls and outputs kept paired) with every other argument
+unchanged, and records the answer (the response's output, as one assistant message). A stream
+(``stream=True``) yields the SDK's events unchanged and is recorded at ``response.completed``, before
+that event reaches the caller.
+
+A call that relies on state the API keeps (``previous_response_id``, ``conversation``, ``item_reference``
+items) holds a history the wrapper never sees: it raises ``ValueError`` naming the argument, unless
+:func:`contextrender.wrap` was given ``stateful_responses="passthrough"``, which sends such calls unchanged
+and unrendered (logged once). ``responses.stream``/``parse``/``retrieve`` and the raw-response views are the
+client's own, not rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from contextrender.events import MessageError
+from contextrender.service import responses_api
+from contextrender.service.errors import InvalidMessages
+from contextrender.service.streams import ResponsesStreamAssembler
+from contextrender.wrapper import (
+    AsyncRecordingStream,
+    ContextRenderState,
+    RecordingStream,
+    _is_async,
+    _plain,
+    _Recorder,
+)
+
+log = logging.getLogger(__name__)
+
+#: The arguments of ``responses.create`` that make the API supply history from its own state.
+STATEFUL_ARGS = ("previous_response_id", "conversation")
+
+
+def _given(value: Any) -> bool:
+    return value is not None and type(value).__name__ not in ("Omit", "NotGiven")  # the SDK's sentinels
+
+
+def _stateful(kwargs: Mapping[str, Any], plain_input: Any) -> list[str]:
+    body = {name: kwargs[name] for name in STATEFUL_ARGS if _given(kwargs.get(name))}
+    body["input"] = plain_input
+    return responses_api.stateful_fields(body)
+
+
+def _plain_input(input_: Any) -> Any:
+    """``input`` as the API reads it: a string as it is, a list's SDK item objects as dicts."""
+    if isinstance(input_, str) or not _given(input_):
+        return input_ if _given(input_) else None
+    if isinstance(input_, (list, tuple)):
+        return [_plain(item) for item in input_]
+    return input_  # refused, naming it, by the conversion
+
+
+def prepare(state: ContextRenderState, instructions: Any, input_: Any) -> tuple[str, Any]:
+    """Sync and render a Responses API conversation; return (session id, the ``input`` to send).
+
+    Raises:
+        MessageError: ``instructions`` or ``input`` are not the Responses API's (nothing stored or sent).
+    """
+    plain = _plain_input(input_)
+    if not plain:
+        raise MessageError("'input' must be a non-empty string or a non-empty list of input items")
+    try:
+        converted = responses_api.to_openai(instructions if _given(instructions) else None, plain)
+    except InvalidMessages as e:
+        raise MessageError(e.message) from None
+    res = state.render(list(converted.messages))
+    sent = responses_api.forwarded_input(plain, converted, res)
+    if isinstance(plain, list):  # back to the caller's own objects where an item was an SDK object
+        own = {id(p): item for p, item in zip(plain, input_, strict=True)}
+        sent = [own.get(id(item), item) for item in sent]
+    state.remember(res, sent if isinstance(sent, list) else [sent])
+    return res.session, sent
+
+
+def _answer(out: Any) -> dict[str, Any] | None:
+    """The OpenAI-format assistant message of a response (an SDK ``Response`` or a dict), None without output."""
+    output = out.get("output") if isinstance(out, Mapping) else getattr(out, "output", None)
+    if not isinstance(output, list) or not output:
+        return None
+    try:
+        return responses_api.assistant_message([_plain(item) for item in output])
+    except InvalidMessages as e:
+        log.warning("answer not recorded: %s", e.message)
+        return None
+
+
+class WrappedResponses:
+    """``client.responses``: ``create`` is rendered, everything else is the client's."""
+
+    def __init__(self, inner: Any, state: ContextRenderState) -> None:
+        self._inner = inner
+        self._state = state
+
+    def _refuse_or_pass(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether the call relies on the API's state and is to go through unmanaged; raises if refused."""
+        stateful = _stateful(kwargs, _plain_input(kwargs.get("input")))
+        if not stateful:
+            return False
+        if self._state.stateful_responses != "passthrough":
+            raise ValueError(f"this call relies on conversation state the API keeps ({', '.join(stateful)}): "
+                             "contextrender never sees that history, so it cannot hold it under the budget. Pass "
+                             "the whole conversation as 'input' instead, or wrap the client with "
+                             "stateful_responses='passthrough' to send such calls unmanaged")
+        if not self._state.warned_stateful:
+            self._state.warned_stateful = True
+            log.warning("responses.create relies on the API's state (%s): sent unmanaged, its history is not held "
+                        "under B (stateful_responses='passthrough'; further ones are sent without this warning)",
+                        ", ".join(stateful))
+        return True
+
+    def create(self, *args: Any, **kwargs: Any) -> Any:
+        """The client's ``responses.create`` with ``input`` rendered under the budget; same arguments, same result.
+
+        Returns:
+            What the client returned (for an async client, a coroutine to await); a stream comes back as a
+            :class:`~contextrender.wrapper.RecordingStream` / :class:`~contextrender.wrapper.AsyncRecordingStream`
+            yielding the client's events.
+
+        Raises:
+            MessageError: ``input`` is not the Responses API's (nothing is stored or sent).
+            ValueError: the call relies on the API's stored state and the wrapper refuses such calls.
+            GraphError: the wrapper is closed, or another writer holds the session.
+        """
+        fn = self._inner.create
+        if _is_async(fn):
+            return self._acreate(fn, args, kwargs)
+        if self._refuse_or_pass(kwargs):
+            return fn(*args, **kwargs)
+        sid, sent = prepare(self._state, kwargs.get("instructions"), kwargs.get("input"))
+        out = fn(*args, **{**kwargs, "input": sent})
+        if kwargs.get("stream") is True:
+            return RecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler))
+        msg = _answer(out)
+        if msg is not None:
+            self._state.record(sid, msg)
+        return out
+
+    async def _acreate(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._refuse_or_pass(kwargs):
+            return await fn(*args, **kwargs)
+        # Syncing and rendering may embed results (CPU): off the event loop.
+        sid, sent = await asyncio.to_thread(prepare, self._state, kwargs.get("instructions"), kwargs.get("input"))
+        out = await fn(*args, **{**kwargs, "input": sent})
+        if kwargs.get("stream") is True:
+            return AsyncRecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler))
+        msg = _answer(out)
+        if msg is not None:
+            await asyncio.to_thread(self._state.record, sid, msg)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+__all__ = ["STATEFUL_ARGS", "WrappedResponses", "prepare"]

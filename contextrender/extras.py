@@ -1,0 +1,50 @@
+"""Which optional extra a missing module belongs to, and the line that installs it.
+
+The bare install holds the library (graph, policies built directly, the hashing embedder); the
+commands and :func:`contextrender.wrap` need extras (``pyproject.toml``). When one is missing,
+every entry point says which, and how to install it from PyPI or from a checkout, instead of a
+bare ``No module named ...``.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies).
+EXTRA_OF_MODULE = {
+    "fastapi": "service", "starlette": "service", "uvicorn": "service", "httpx": "service", "hydra": "service",
+    "omegaconf": "service", "tqdm": "service", "pydantic": "service",
+    "sentence_transformers": "local", "torch": "local", "transformers": "local",
+    "litellm": "llm", "smolagents": "smolagents",
+}
+
+_NAMED = re.compile(r"contextrender\[(\w+)\]")
+
+
+def install_line(extra: str) -> str:
+    """The commands that install ``extra``: from PyPI, and from a checkout of the repository."""
+    return f"pip install 'contextrender[{extra}]' (from a checkout: pip install -e '.[{extra}]')"
+
+
+def extra_of(error: ImportError, default: str = "service") -> str:
+    """The extra whose absence ``error`` reports: by the missing module's name, else by an extra the message
+    names, else ``default``."""
+    name = (error.name or "").split(".")[0]
+    if name in EXTRA_OF_MODULE:
+        return EXTRA_OF_MODULE[name]
+    cause = error.__cause__
+    if isinstance(cause, ImportError) and (cause.name or "").split(".")[0] in EXTRA_OF_MODULE:
+        return EXTRA_OF_MODULE[(cause.name or "").split(".")[0]]
+    m = _NAMED.search(str(error))
+    return m.group(1) if m else default
+
+
+def missing_extra(error: ImportError, what: str, default: str = "service") -> str:
+    """One line for a user: ``what`` needs the extra ``error`` lacks, which module is missing, how to install it."""
+    extra = extra_of(error, default)
+    module = error.name or (error.__cause__.name if isinstance(error.__cause__, ImportError) else None)
+    missing = f"module {module.split('.')[0]!r} is not installed" if module else str(error)
+    return f"{what} needs the [{extra}] extra ({missing}): {install_line(extra)}"
+
+
+__all__ = ["EXTRA_OF_MODULE", "extra_of", "install_line", "missing_extra"]
