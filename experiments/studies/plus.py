@@ -76,15 +76,14 @@ def run_variants(budget: int = BUDGET, benchmarks: Sequence[str] = tuple(BENCHMA
     """Run every variant (and the paper's method) with the harness's runner, in this process; a rerun resumes."""
     from contextrender.experiments.runtime.runner import run_job
 
-    jobs = [(m, b, v) for m in models for b in benchmarks for v in [REFERENCE, *variants]]
+    # The plus and the paper's method come from the task-success grid's records (collect reads both run
+    # directories): only the variants run here.
+    jobs = [(m, b, v) for m in models for b in benchmarks for v in variants if v != PLUS]
     for k, (model, bench, variant) in enumerate(jobs):
         over = [f"model={model}", f"benchmark={bench}", f"budget={budget}", f"run_dir={runs}", "progress=false",
                 "experiment_name=plus"]
-        if variant == REFERENCE:
-            over.append(f"method={REFERENCE}")
-        else:
-            over += [f"method={PLUS}", f"method.name={slug(variant)}",
-                     *(f"method.{key}={json.dumps(val)}" for key, val in variants[variant].items())]
+        over += [f"method={PLUS}", f"method.name={slug(variant)}",
+                 *(f"method.{key}={json.dumps(val)}" for key, val in variants[variant].items())]
         log.info("[%d/%d] %s %s %s", k + 1, len(jobs), model, bench, variant)
         run_job(_compose(over))
 
@@ -165,7 +164,9 @@ def verdicts(runs: Mapping[str, Any], ready: Mapping[str, Any]) -> dict[str, dic
                    if variant in r and r[variant]["call_readiness"] is not None
                    and r[PLUS]["call_readiness"] is not None]
         total, total_ready = sum(d_pass), sum(d_ready)
-        if total < -1e-9 or (abs(total) <= 1e-9 and total_ready < -1e-9):
+        if not d_pass:
+            verdict = "not run"
+        elif total < -1e-9 or (abs(total) <= 1e-9 and total_ready < -1e-9):
             verdict = "keep"
         elif abs(total) <= 1e-9 and abs(total_ready) <= 1e-9:
             verdict = "no effect here"
@@ -208,6 +209,7 @@ def report(runs: Mapping[str, Any], ready: Mapping[str, Any], verdict: Mapping[s
     kept = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "keep"]
     idle = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "no effect here"]
     drop = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "drop?"]
+    unrun = [k.replace("plus ", "") for k, v in verdict.items() if v["verdict"] == "not run"]
     lines += ["", f"Defaults that flipping makes worse here (kept): {', '.join(kept) or 'none'}."]
     if idle:
         lines.append(f"No effect on these benchmarks (kept for transcripts they were made for, e.g. real dialogues "
@@ -215,6 +217,8 @@ def report(runs: Mapping[str, Any], ready: Mapping[str, Any], verdict: Mapping[s
     if drop:
         lines.append(f"Flipping these did as well or better here: {', '.join(drop)} — see the cells above "
                      "before changing the default.")
+    if unrun:
+        lines.append(f"Not run yet (no records): {', '.join(unrun)}.")
     lines += ["", "Recall counts only tokens of ≥ 6 characters with an uppercase letter or an underscore and only "
               "results shown in full; an id form is never counted. Read it after the task score and readiness.", ""]
     return "\n".join(lines)
@@ -254,14 +258,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m contextrender.experiments.studies.plus",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--stage", choices=["all", "runs", "replay", "report"], default="all")
+    ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), metavar="A,B",
+                    help=f"which of {', '.join(BENCHMARKS)} to run and replay")
     a = ap.parse_args(argv)
+    benches = [b for b in a.benchmarks.split(",") if b]
+    unknown = sorted(set(benches) - set(BENCHMARKS))
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(unknown)}: choose from {', '.join(BENCHMARKS)}")
     offline.enable()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     OUT.mkdir(parents=True, exist_ok=True)
     if a.stage in ("all", "runs"):
-        run_variants()
+        run_variants(benchmarks=benches)
     if a.stage in ("all", "replay"):
-        write_json(OUT / "readiness.json", replay_variants())
+        write_json(OUT / "readiness.json", replay_variants(benchmarks=benches))
     if a.stage in ("all", "runs", "replay", "report"):
         runs = collect()
         ready = json.loads((OUT / "readiness.json").read_text()) if (OUT / "readiness.json").is_file() else {}
