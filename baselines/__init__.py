@@ -7,7 +7,7 @@ This is the checkout's ``baselines/`` folder, installed as ``contextrender.basel
 """
 
 if __name__ != "contextrender.baselines":  # the checkout's folder is importable under its own name from the repo root
-    raise ImportError(f"import this package as contextrender.baselines, not {__name__} (see the README's layout table)")
+    raise ImportError(f"import this package as contextrender.baselines, not {__name__} (see docs/design.md, Layout)")
 
 from contextrender.baselines.acon import Acon
 from contextrender.baselines.compact import Compact

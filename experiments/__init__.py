@@ -12,4 +12,4 @@ The checkout's ``experiments/`` folder, installed as ``contextrender.experiments
 """
 
 if __name__ != "contextrender.experiments":  # the checkout's folder is importable under its own name from the repo root
-    raise ImportError(f"import this package as contextrender.experiments, not {__name__} (see the README's layout table)")
+    raise ImportError(f"import this package as contextrender.experiments, not {__name__} (see docs/design.md, Layout)")

