@@ -22,7 +22,8 @@ extra and prints the recall table (``--output`` also writes the JSON).
 Errors in the arguments or the trace files (``file:line`` or
 ``file: simulations[i]``) exit with status 2, and so do a damaged graph file (one line with SQLite's
 ``quick_check`` result) and a missing extra (named, with its install line). ``explain`` and ``view``
-use the embedder the session's renders recorded unless ``--embedding`` names one; ``export --out`` and
+use the embedder the session's renders recorded unless ``--embedding`` names one — a local one only: a
+recorded remote (LiteLLM) model is refused, exit status 2, unless ``--embedding litellm`` asks for it; ``export --out`` and
 ``view --out`` never write through a symlink and replace the file atomically with an owner-only one.
 Every log line goes through :func:`contextrender.redact.redact`. The graph
 defaults to ``$CONTEXTRENDER_GRAPH`` or ``contextrender.sqlite`` in the
@@ -368,31 +369,73 @@ def _embedder(name: str, **kw: object) -> object:
         raise ImportError(missing_extra(e, f"the {name} embedder", "local") + hint, name=e.name) from None
 
 
+#: The largest ``hashing-<dim>`` a graph's recorded embedder name may ask for (the file may come from anyone).
+MAX_RECORDED_HASHING_DIM = 65536
+#: What a recorded LiteLLM model name may look like to be used at all (with ``--embedding litellm``).
+_MODEL_NAME = re.compile(r"[A-Za-z0-9._:/@+-]{1,200}")
+
+
 def _recorded_embedder(choice: str, graph: Any, sid: str | None, command: str) -> object:
     """The embedder ``--embedding`` names; by default the one the graph recorded for ``sid`` (the ``model`` of its
-    stored result vectors, else of any session in the file), else the local default, saying so on stderr."""
+    stored result vectors, else of any session in the file), else the local default, saying so on stderr.
+
+    The recorded name comes from the file, which may be anyone's: by default only a local embedder is built from
+    it (:func:`embedder_named`); a recorded LiteLLM model is used only with an explicit ``--embedding litellm``.
+
+    Raises:
+        ValueError: the recorded embedder is not a local one and ``--embedding litellm`` was not given (the message
+            names it and the options), or its name is not a model name.
+    """
+    names = (graph.embedders(sid) if sid is not None else []) or (graph.embedders() if graph is not None else [])
+    if choice == "litellm":
+        if names and not _local_name(names[0]):
+            if not _MODEL_NAME.fullmatch(names[0]):
+                raise ValueError(f"the recorded embedder {names[0][:200]!r} is not a model name; name none "
+                                 "(--embedding local or hashing)")
+            return _embedder("litellm", cache=False, model=names[0])
+        return _embedder("litellm", cache=False)
     if choice != RECORDED:
         return _embedder(choice, cache=False)
-    names = (graph.embedders(sid) if sid is not None else []) or (graph.embedders() if graph is not None else [])
     if not names:
         where = f"session {sid!r}" if sid is not None else "a trace file"
         print(f"contextrender {command}: {where} records no embedder (nothing of it was embedded); using the "
               "local default (all-MiniLM-L6-v2) — choose with --embedding", file=sys.stderr)
         return _embedder("local", cache=False)
-    return embedder_named(names[0])
+    try:
+        return embedder_named(names[0])
+    except ValueError as e:
+        where = f"session {sid!r}" if sid is not None else "the graph"
+        raise ValueError(f"{where} was rendered with {e}") from None
+
+
+def _local_name(name: str) -> bool:
+    from contextrender.embed import LocalEmbedder
+
+    return name == LocalEmbedder.name or re.fullmatch(r"hashing-\d+", name) is not None
 
 
 def embedder_named(name: str) -> object:
-    """The embedder whose ``name`` a graph recorded: ``all-MiniLM-L6-v2`` (local), ``hashing-<dim>``, else a
-    litellm model of that name."""
+    """The local embedder whose ``name`` a graph recorded: ``all-MiniLM-L6-v2`` (local) or ``hashing-<dim>`` with
+    1 <= dim <= :data:`MAX_RECORDED_HASHING_DIM`.
+
+    Raises:
+        ValueError: any other name (a LiteLLM model: every tool result would go to its provider; the message
+            says to ask for it with ``--embedding litellm``), or a hashing dimension out of range.
+    """
     from contextrender.embed import LocalEmbedder
 
     if name == LocalEmbedder.name:
         return _embedder("local", cache=False)
-    m = re.fullmatch(r"hashing-(\d+)", name)
-    if m:
+    m = re.fullmatch(r"hashing-(\d{1,9})", name)
+    if m and 1 <= int(m.group(1)) <= MAX_RECORDED_HASHING_DIM:
         return _embedder("hashing", cache=False, dim=int(m.group(1)))
-    return _embedder("litellm", cache=False, model=name)
+    if re.fullmatch(r"hashing-\d+", name):
+        raise ValueError(f"the embedder {name[:40]!r}, whose dimension is not in 1..{MAX_RECORDED_HASHING_DIM}: "
+                         "choose one with --embedding (hashing gives 256 dimensions)")
+    raise ValueError(f"the embedder {name[:200]!r}, which is not a local one: it is used only when asked for. Pass "
+                     "--embedding litellm to embed with it (every tool result then goes to that model's provider), "
+                     "or --embedding local / hashing to stay on this machine (the scores then differ from its "
+                     "renders')")
 
 
 def _explain(args: argparse.Namespace) -> int:

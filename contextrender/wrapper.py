@@ -210,17 +210,31 @@ class ContextRenderState:
         self.remember(res, sent)
         return res.session, sent
 
+    def key_for(self, plain: list[Any]) -> str:
+        """The session key of the OpenAI-format history ``plain``: the one given to :func:`wrap`, else derived."""
+        if self.session is not None:
+            return self.session
+        try:
+            return derive_session_key(plain)
+        except Exception:  # noqa: BLE001 - a malformed entry is reported, naming it, by the sync
+            return derive_session_key([])
+
+    def answered_together(self, plain: list[Any]) -> dict[str, frozenset[str]]:
+        """The calls the stored answers of ``plain``'s session made together
+        (:meth:`~contextrender.service.sessions.ContextService.answered_together`)."""
+        if self._closed:
+            raise GraphError("this contextrender wrapper is closed")
+        try:
+            return self.service.answered_together(self.key_for(plain))
+        except ServiceError as e:
+            raise _RAISED_AS[e.kind](e.message) from e
+
     def render(self, plain: list[Any]) -> RenderResult:
         """Sync the OpenAI-format history ``plain`` into its session (the one given to :func:`wrap`, else
         derived from it; a fork if it contradicts the stored one) and render it under B."""
         if self._closed:
             raise GraphError("this contextrender wrapper is closed")
-        key = self.session
-        if key is None:
-            try:
-                key = derive_session_key(plain)
-            except Exception:  # noqa: BLE001 - a malformed entry is reported, naming it, by the sync below
-                key = derive_session_key([])
+        key = self.key_for(plain)
         try:
             res = self.service.render(key, messages=plain, budget=self.budget, method=self.method,
                                       overrides=self.overrides, on_conflict="fork")

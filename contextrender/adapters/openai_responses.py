@@ -74,8 +74,19 @@ def prepare(state: ContextRenderState, instructions: Any, input_: Any) -> tuple[
     plain = _plain_input(input_)
     if not plain:
         raise MessageError("'input' must be a non-empty string or a non-empty list of input items")
+    instructions = instructions if _given(instructions) else None
+    asked: list[str] = []  # calls after outputs: whether they are the same model turn's, the stored answers say
+
+    def unknown(call_id: str) -> frozenset[str]:
+        asked.append(call_id)
+        return frozenset()
+
     try:
-        converted = responses_api.to_openai(instructions if _given(instructions) else None, plain)
+        converted = responses_api.to_openai(instructions, plain, unknown)
+        if asked:
+            together = state.answered_together(list(converted.messages))
+            converted = responses_api.to_openai(instructions, plain,
+                                                lambda call_id: together.get(call_id, frozenset()))
     except InvalidMessages as e:
         raise MessageError(e.message) from None
     res = state.render(list(converted.messages))

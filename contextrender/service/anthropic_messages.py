@@ -10,10 +10,11 @@ shape of the same conversation. :func:`to_openai` converts a request's ``system`
   text blocks of a list), then, if the message holds any other block (or is a plain string), one user
   message with the text of its text blocks.
 
-Thinking blocks, images and other non-text blocks carry no text into the graph: the API drops earlier
-turns' thinking from the model's context, and an image costs no text tokens on the OpenAI path either.
-So the history charged to B is the text the model reads (docs/method.md §1), and a conversation stored
-through either API is the same session.
+Thinking blocks, images and other non-text blocks carry no text into the graph, so they are not charged
+to B (an image costs no text tokens on the OpenAI path either): the history charged to B is the text of
+text, ``tool_use`` and ``tool_result`` blocks (docs/method.md §1), and a conversation stored through either
+API is the same session. Thinking and redacted thinking blocks are forwarded as sent, signatures included,
+in every assistant message the render keeps, whatever their size.
 
 :func:`forwarded_messages` turns a render of that history back into the client's own Messages API
 messages: every kept message and block is the client's own object (``cache_control``, thinking blocks

@@ -87,6 +87,7 @@ from contextrender.service.server import (
     DEFAULT_MAX_BODY,
     BodyLimitMiddleware,
     install_error_handlers,
+    internal_error_message,
     session_router,
 )
 from contextrender.service.sessions import ContextService
@@ -498,6 +499,14 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
     app.add_middleware(_ApiKeyToken, token=access.token)  # outside the guard: it runs first
     app.add_middleware(_AnthropicErrors)  # outermost: sees the guard's refusals too
     install_error_handlers(app)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette answers these outside every middleware (_AnthropicErrors included): shape them here.
+        if _messages_api(request.scope.get("path", "")):
+            return _anthropic_error(500, internal_error_message(exc))
+        return _oai_error(500, internal_error_message(exc))
+
     if session_api:
         app.include_router(session_router(state.service))
     _add_proxy_routes(app, state)
@@ -543,7 +552,7 @@ def _add_proxy_routes(app: FastAPI, state: ProxyState) -> None:
                                       headers=state.upstream_headers(request), params=state.base_params)
         except httpx.HTTPError as e:
             return _unreachable(e)
-        return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, {}))
+        return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, {MANAGED_HEADER: "false"}))
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], response_model=None)
     async def passthrough(path: str, request: Request) -> Response:
@@ -781,9 +790,7 @@ async def _forward_stream(state: ProxyState, sid: str, payload: bytes, headers: 
     except httpx.HTTPError as e:
         return _unreachable(e)
     if up.status_code >= 400:
-        data = await up.aread()
-        await up.aclose()
-        return Response(data, status_code=up.status_code, headers=_relay_headers(up, extra))
+        return await _read_whole(up, extra)
     closed = False
 
     async def on_close() -> None:
@@ -797,6 +804,16 @@ async def _forward_stream(state: ProxyState, sid: str, payload: bytes, headers: 
 
     return _RelayResponse(_relay(state, up, sid, assembler), on_close, status_code=up.status_code,
                           headers=_relay_headers(up, extra))
+
+
+async def _read_whole(up: httpx.Response, extra: dict[str, str]) -> Response:
+    """The upstream's whole answer (an error's body), relayed; ``up`` is closed however the read ends (the
+    client leaving cancels it)."""
+    try:
+        data = await up.aread()
+    finally:
+        await up.aclose()
+    return Response(data, status_code=up.status_code, headers=_relay_headers(up, extra))
 
 
 async def _relay(state: ProxyState, up: httpx.Response, sid: str,
@@ -945,6 +962,24 @@ class ResponsesRequest:
     budget: int
     method: str
     overrides: dict[str, Any] | None
+    #: Whether ``input`` holds a call after outputs that may be the same model turn's (then the conversion
+    #: asks the stored answers, :meth:`ContextService.answered_together`, under the session's lock).
+    interleaved: bool = False
+
+    def conversation(self, service: ContextService) -> responses_api.Converted:
+        """The conversation as the graph stores it: :attr:`converted`, or, when calls and outputs interleave,
+        converted again with what the stored answers of the session say about its model turns."""
+        if not self.interleaved:
+            return self.converted
+        together: dict[str, frozenset[str]] | None = None
+
+        def answered_together(call_id: str) -> frozenset[str]:
+            nonlocal together
+            if together is None:
+                together = service.answered_together(self.key)
+            return together.get(call_id, frozenset())
+
+        return responses_api.to_openai(self.body.get("instructions"), self.body["input"], answered_together)
 
 
 def stateful_refusal(fields: list[str]) -> str:
@@ -973,15 +1008,22 @@ def parse_responses_request(state: ProxyState, raw: bytes,
     input_ = body.get("input")
     if not input_ or not isinstance(input_, (str, list)):
         return _oai_error(400, "'input' must be a non-empty string or a non-empty list of input items")
+    asked: list[str] = []  # the calls whose model turn only the stored answers can tell
+
+    def unknown(call_id: str) -> frozenset[str]:
+        asked.append(call_id)
+        return frozenset()
+
     try:
-        converted = responses_api.to_openai(body.get("instructions"), input_)
+        converted = responses_api.to_openai(body.get("instructions"), input_, unknown)
     except ServiceError as e:
         return _oai_error(STATUS_OF_KIND[e.kind], e.message)
     settings = _render_settings(state, list(converted.messages), headers)
     if isinstance(settings, JSONResponse):
         return settings
     key, b, m, overrides = settings
-    return ResponsesRequest(body=body, converted=converted, key=key, budget=b, method=m, overrides=overrides)
+    return ResponsesRequest(body=body, converted=converted, key=key, budget=b, method=m, overrides=overrides,
+                            interleaved=bool(asked))
 
 
 def _responses_url(state: ProxyState) -> str:
@@ -1008,7 +1050,7 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
             return body
         stateful = responses_api.stateful_fields(body)
         if stateful:
-            return await _responses_unmanaged(state, request, raw, body, stateful)
+            return await unless_disconnected(request, _responses_unmanaged(state, request, raw, body, stateful))
     req = parse_responses_request(state, raw, request.headers)
     if isinstance(req, JSONResponse):
         return req
@@ -1017,12 +1059,10 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
     try:
         t0 = time.perf_counter()
         try:
-            res = await run_in_threadpool(state.service.render, req.key, messages=list(req.converted.messages),
-                                          budget=req.budget, method=req.method, overrides=req.overrides,
-                                          on_conflict="fork")
+            converted, res = await run_in_threadpool(_render_responses, state, req)
         except ServiceError as e:
             return _oai_error(STATUS_OF_KIND[e.kind], e.message)
-        fwd = {**req.body, "input": responses_api.forwarded_input(req.body["input"], req.converted, res)}
+        fwd = {**req.body, "input": responses_api.forwarded_input(req.body["input"], converted, res)}
         extra = _answer_headers(res, req.budget)
         _log_render(res, req.budget, time.perf_counter() - t0)
         payload = json.dumps(fwd, ensure_ascii=False).encode()
@@ -1038,6 +1078,14 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
     finally:
         if not handed_off:
             release()
+
+
+def _render_responses(state: ProxyState, req: ResponsesRequest) -> tuple[responses_api.Converted, RenderResult]:
+    """Convert (:meth:`ResponsesRequest.conversation`), sync and render; the caller holds the session's lock."""
+    converted = req.conversation(state.service)
+    res = state.service.render(req.key, messages=list(converted.messages), budget=req.budget, method=req.method,
+                               overrides=req.overrides, on_conflict="fork")
+    return converted, res
 
 
 async def _forward_response(state: ProxyState, sid: str, payload: bytes, headers: dict[str, str],
@@ -1081,9 +1129,7 @@ async def _responses_unmanaged(state: ProxyState, request: Request, raw: bytes, 
     except httpx.HTTPError as e:
         return _unreachable(e)
     if not body.get("stream") or up.status_code >= 400:
-        data = await up.aread()
-        await up.aclose()
-        return Response(data, status_code=up.status_code, headers=_relay_headers(up, extra))
+        return await _read_whole(up, extra)
     return _RelayResponse(up.aiter_bytes(), up.aclose, status_code=up.status_code, headers=_relay_headers(up, extra))
 
 

@@ -15,7 +15,11 @@ The graph stores OpenAI chat messages (:mod:`contextrender.events`); a Responses
   (``function_call``, ``custom_tool_call``, and the built-in tools the client runs: ``shell_call``,
   ``local_shell_call``, ``apply_patch_call``, ``computer_call``) is a tool call with its ``call_id``;
   its arguments are the function's ``arguments``, the custom tool's ``input``, or the built-in call's
-  action as JSON;
+  action as JSON. A client may send a turn's calls back each followed by its output (``call A, output A,
+  call B, output B``, as Codex does): calls with nothing but outputs of the earlier ones between them are
+  still one assistant message when a stored answer made them together (``answered_together``), the outputs
+  becoming the tool messages after it; on the wire that shape is also consecutive one-call turns, which stay
+  apart;
 - a tool output item (``function_call_output`` and the others' ``*_output``) → a tool message
   answering its ``call_id``, whose text is the output's (a string, or its text parts);
 - the other items the client supplies (``item_reference``, ``mcp_approval_response``, outputs of tools
@@ -25,7 +29,8 @@ The graph stores OpenAI chat messages (:mod:`contextrender.events`); a Responses
 :func:`forwarded_input` turns a render of that history back into Responses input items: every kept
 message's items are the client's own objects, sent as they came (ids, statuses, encrypted reasoning
 untouched); an omitted result's item gets the render's text as its ``output``; a clipped task keeps its
-non-text parts and its first text part carries the clipped text; an inserted message (a summary) is an
+non-text parts and its first text part carries the clipped text; the items of a turn sent interleaved go
+back in the client's order (each output right after its call); an inserted message (a summary) is an
 input message; an assistant message whose calls the render dropped loses those calls and the reasoning
 that led to them. The result always pairs (:func:`repair_pairing`): every tool output follows a call
 with its ``call_id`` and every call is answered by a later output.
@@ -40,7 +45,7 @@ Nothing here knows about HTTP or the graph; request data is only read, never eva
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +86,10 @@ class Origin:
     kind: str
     own: tuple[int, ...]
     attached: tuple[int, ...] = ()
+    #: For a model turn whose calls the client sent interleaved with their outputs (``call A, output A, call B,
+    #: output B``): the first item of the turn's assistant message, shared by it and its tool messages, so
+    #: :func:`forwarded_input` puts their items back in the client's order. None otherwise.
+    turn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,8 +213,18 @@ def _side(item: Any, where: str) -> str | None:
     return ASSISTANT  # the model's own output: reasoning, server-side tool calls, compaction …
 
 
-def to_openai(instructions: Any, input_: Any) -> Converted:
+def to_openai(instructions: Any, input_: Any,
+              answered_together: Callable[[str], Collection[str]] | None = None) -> Converted:
     """A request's ``instructions`` and ``input`` as OpenAI chat messages (module docstring).
+
+    ``answered_together(call_id)``: the call ids of the stored answer that made ``call_id`` (empty when no stored
+    answer made it with others). A client may send a model turn's calls back each followed by its output
+    (``call A, output A, call B, output B``, as Codex does); the stored answer holds both calls in one assistant
+    message. A call that follows nothing but outputs of the calls before it is one model turn with them when
+    that answer made them together: it joins their assistant message, and the outputs become the tool
+    messages after it, in the order sent. Without this (or for calls no stored answer made together) such a
+    call starts a new assistant message, as the same items from consecutive turns must (one call per turn
+    looks the same on the wire).
 
     Raises:
         InvalidMessages: an item that is not the Responses API's (naming it); nothing is stored.
@@ -222,22 +241,47 @@ def to_openai(instructions: Any, input_: Any) -> Converted:
         raise InvalidMessages("'input' must be a string or a list of input items")
     sides = [_side(item, f"input[{i}]") for i, item in enumerate(input_)]
     groups: list[tuple[str, list[int], list[int]]] = []  # (kind, own items, attached items)
+    turn_of: dict[int, int] = {}  # group -> the assistant group of its interleaved turn
     waiting: list[int] = []  # opaque items waiting for the item they travel with
+    # The latest assistant group, its call ids, and whether every group after it is an output of one of them.
+    last: int | None = None
+    calls: set[str] = set()
+    answered_only = False
     for i, side in enumerate(sides):
+        cid = _call_id(input_[i], _type(input_[i]) or "", f"input[{i}]") if side in (ASSISTANT, RESULT) and (
+            _type(input_[i]) in CALL_OUTPUT or side == RESULT) else None
         if side is None:
             waiting.append(i)
-        elif side == ASSISTANT and groups and groups[-1][0] == ASSISTANT and not _breaks(sides, groups[-1], i):
-            groups[-1][1].append(i)
-            groups[-1][2].extend(waiting)
-            waiting = []
+            continue
+        if side == ASSISTANT and groups and groups[-1][0] == ASSISTANT and not _breaks(sides, groups[-1], i):
+            target: int | None = len(groups) - 1
+        elif (side == ASSISTANT and cid is not None and last is not None and answered_only and cid not in calls
+              and answered_together is not None and calls
+              and cid in answered_together(_first_call(input_, groups[last][1]))):
+            target = last  # the next call of an interleaved model turn
+            for k in range(last, len(groups)):
+                turn_of[k] = last
+        else:
+            target = None
+        if target is not None:
+            groups[target][1].append(i)
+            groups[target][2].extend(waiting)
+            if cid is not None:
+                calls.add(cid)
         else:
             groups.append((side, [i], waiting))
-            waiting = []
+            if side == ASSISTANT:
+                last, calls, answered_only = len(groups) - 1, {cid} if cid is not None else set(), True
+            else:
+                answered_only = answered_only and side == RESULT and cid in calls
+                if answered_only and last is not None and last in turn_of:
+                    turn_of[len(groups) - 1] = last
+        waiting = []
     if waiting:
         if not groups:
             raise InvalidMessages("'input' holds no message, tool call or tool output")
         groups[-1][2].extend(waiting)
-    for side, own, attached in groups:
+    for g, (side, own, attached) in enumerate(groups):
         first = input_[own[0]]
         where = f"input[{own[0]}]"
         if side == ASSISTANT:
@@ -247,8 +291,14 @@ def to_openai(instructions: Any, input_: Any) -> Converted:
                    "content": content_text(first.get("output"), f"{where}.output")}
         else:
             msg = {"role": first["role"], "content": _message_text(first, where)}
-        pairs.append((msg, Origin(side, tuple(own), tuple(sorted(attached)))))
+        turn = groups[turn_of[g]][1][0] if g in turn_of else None
+        pairs.append((msg, Origin(side, tuple(own), tuple(sorted(attached)), turn)))
     return Converted(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+
+
+def _first_call(items: Sequence[Any], own: Sequence[int]) -> str:
+    """The call id of the first call among ``items[own]`` (the caller knows there is one)."""
+    return next(str(items[i]["call_id"]) for i in own if _type(items[i]) in CALL_OUTPUT)
 
 
 def _breaks(sides: Sequence[str | None], group: tuple[str, list[int], list[int]], i: int) -> bool:
@@ -306,9 +356,10 @@ def _output_saying(item: Mapping[str, Any], text: str) -> dict[str, Any]:
     return {**item, "output": text}
 
 
-def _assistant_back(items: Sequence[Any], origin: Origin, rendered: Mapping[str, Any]) -> list[Any]:
-    """A changed assistant message's items: the calls the render kept, its text in the first message item,
-    and each other item (reasoning, opaque) only if the next call or message item after it stays."""
+def _assistant_back(items: Sequence[Any], origin: Origin, rendered: Mapping[str, Any]) -> list[tuple[float, Any]]:
+    """A changed assistant message's items, each with its index in ``items``: the calls the render kept, its
+    text in the first message item, and each other item (reasoning, opaque) only if the next call or message
+    item after it stays. A message item made for the text goes just before the message's first item."""
     keep_calls = set(_call_ids(rendered))
     text = rendered.get("content") or ""
     decided: dict[int, Any] = {}  # call and message items -> the item to send, or None
@@ -324,19 +375,19 @@ def _assistant_back(items: Sequence[Any], origin: Origin, rendered: Mapping[str,
             else:
                 decided[i] = None
             placed = True
-    out: list[Any] = []
+    out: list[tuple[float, Any]] = []
     if text and not placed:
-        out.append({"type": "message", "role": "assistant", "content": text})
+        out.append((origin.own[0] - 0.5, {"type": "message", "role": "assistant", "content": text}))
     order = sorted((*origin.own, *origin.attached))
     any_kept = any(v is not None for v in decided.values())
     for k, i in enumerate(order):
         if i in decided:
             if decided[i] is not None:
-                out.append(decided[i])
+                out.append((i, decided[i]))
             continue
         nxt = next((j for j in order[k + 1:] if j in decided), None)
         if (decided[nxt] is not None) if nxt is not None else any_kept:
-            out.append(items[i])
+            out.append((i, items[i]))
     return out
 
 
@@ -346,6 +397,25 @@ def _inserted(rendered: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     role = rendered.get("role")
     return {"type": "message", "role": role if role in ROLES else USER, "content": text}
+
+
+def _items_back(input_: Sequence[Any], origin: Origin, mine: Mapping[str, Any],
+                rendered: Mapping[str, Any]) -> list[tuple[float, Any]]:
+    """The items a rendered message goes upstream as, each with its index in ``input_``."""
+    changed = ((rendered.get("content") or "") != (mine.get("content") or "")
+               or _call_ids(rendered) != _call_ids(mine))
+    order = sorted((*origin.own, *origin.attached))
+    if not changed:
+        return [(i, input_[i]) for i in order]
+    if origin.kind == ASSISTANT:
+        return _assistant_back(input_, origin, rendered)
+    own = input_[origin.own[0]]
+    text = rendered.get("content") or ""
+    if origin.kind == RESULT:
+        new = _output_saying(own, text)
+    else:
+        new = {**own, "content": _with_text(own.get("content"), text, "input_text")}
+    return [(i, new if i == origin.own[0] else input_[i]) for i in order]
 
 
 def forwarded_input(input_: Any, converted: Converted, render: RenderResult) -> Any:
@@ -362,29 +432,27 @@ def forwarded_input(input_: Any, converted: Converted, render: RenderResult) -> 
                 return msg.get("content") or ""
         return input_
     out: list[Any] = []
+    turn: list[tuple[float, Any]] = []  # the items of an interleaved model turn, put back in the client's order
+    turn_id: int | None = None
     for msg, seq in zip(render.messages, render.layout, strict=True):
-        if seq is None:
+        origin = converted.origins[seq] if seq is not None else None
+        if turn and (origin is None or origin.turn != turn_id):
+            out.extend(item for _, item in sorted(turn, key=lambda p: p[0]))
+            turn = []
+        if seq is None or origin is None:
             ins = _inserted(msg)
             if ins is not None:
                 out.append(ins)
             continue
-        origin, mine = converted.origins[seq], converted.messages[seq]
+        turn_id = origin.turn
         if not origin.own:
             continue  # ``instructions`` go upstream as sent
-        changed = (msg.get("content") or "") != (mine.get("content") or "") or _call_ids(msg) != _call_ids(mine)
-        if not changed:
-            out.extend(input_[i] for i in sorted((*origin.own, *origin.attached)))
-            continue
-        if origin.kind == ASSISTANT:
-            out.extend(_assistant_back(input_, origin, msg))
-            continue
-        own = input_[origin.own[0]]
-        text = msg.get("content") or ""
-        if origin.kind == RESULT:
-            new = _output_saying(own, text)
+        items = _items_back(input_, origin, converted.messages[seq], msg)
+        if origin.turn is None:
+            out.extend(item for _, item in items)
         else:
-            new = {**own, "content": _with_text(own.get("content"), text, "input_text")}
-        out.extend(new if i == origin.own[0] else input_[i] for i in sorted((*origin.own, *origin.attached)))
+            turn.extend(items)
+    out.extend(item for _, item in sorted(turn, key=lambda p: p[0]))
     return repair_pairing(out)
 
 

@@ -124,6 +124,10 @@ class BodyLimitMiddleware:
         await self.app(scope, limited, send)
 
 
+#: The 400's message for a body that does not parse as JSON (the body is never echoed).
+NOT_JSON = "request body is not valid JSON"
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     """One line naming the first refused parameter and why (the value is never echoed: it may be huge)."""
     errors = exc.errors()
@@ -157,6 +161,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):  # the body itself, not a parameter
+            return JSONResponse(error_body(400, NOT_JSON), 400)
         return JSONResponse(error_body(422, _validation_message(exc)), 422)
 
     @app.exception_handler(StarletteHTTPException)
@@ -166,9 +172,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # The message may hold request data or paths: the client gets the type only, the log the rest.
-        return JSONResponse(error_body(500, f"internal error ({type(exc).__name__}); the service log has the "
-                                            "details"), 500)
+        return JSONResponse(error_body(500, internal_error_message(exc)), 500)
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """What a 500 says: the error's type only (its message may hold request data or paths; the log has it)."""
+    return f"internal error ({type(exc).__name__}); the service log has the details"
 
 
 class SessionBody(BaseModel):
@@ -334,5 +343,5 @@ def create_app(graph_path: str = ":memory:", default_method: str = "contextrende
 
 
 # ContextService is re-exported: create_app takes one, and callers outside the service still import it here.
-__all__ = ["BodyLimitMiddleware", "ContextService", "DEFAULT_MAX_BODY", "STATUS_OF_KIND", "create_app", "http_status",
-           "install_error_handlers", "session_router"]
+__all__ = ["BodyLimitMiddleware", "ContextService", "DEFAULT_MAX_BODY", "NOT_JSON", "STATUS_OF_KIND", "create_app",
+           "http_status", "install_error_handlers", "internal_error_message", "session_router"]

@@ -534,6 +534,24 @@ class ContextService:
 
     # -- reads -----------------------------------------------------------------------
 
+    def answered_together(self, key: str) -> dict[str, frozenset[str]]:
+        """The tool calls stored answers made together, in ``key`` and its forks: for each call of a stored
+        assistant message with more than one call, the ids of all that message's calls (empty for a new key).
+
+        What tells a model turn's calls sent back interleaved with their outputs from calls of consecutive
+        turns (:func:`~contextrender.service.responses_api.to_openai`). Reads at most ``max_variants`` sessions.
+        """
+        self._check_sid(key)
+        out: dict[str, frozenset[str]] = {}
+        for sid in self._variants_of(key)[-self.max_variants:]:
+            with self._session(sid, create=False) as (session, _):
+                for msg in session.messages:
+                    if len(msg.tool_calls) > 1:
+                        ids = frozenset(c.id for c in msg.tool_calls)
+                        for c in ids:
+                            out.setdefault(c, ids)
+        return out
+
     @staticmethod
     def _info(session: Session) -> SessionInfo:
         return SessionInfo(id=session.id, messages=len(session), results=len(session.results),

@@ -45,6 +45,19 @@ def forwarded_messages(original: Sequence[Any], render: RenderResult) -> list[An
     return out
 
 
+#: The highest index (a chat tool call's, an Anthropic content block's, a Responses output item's or content
+#: part's) an assembler takes from the upstream; an event above it is counted in ``bad_events`` and skipped,
+#: so an upstream-chosen number never sizes what is kept.
+MAX_STREAM_INDEX = 1024
+
+
+def _stream_index(value: Any) -> int | None:
+    """``value`` as an index an assembler takes (an int of at most MAX_STREAM_INDEX), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value <= MAX_STREAM_INDEX:
+        return value
+    return None
+
+
 class _ServerSentEvents:
     """Splits SSE bytes, cut anywhere, into the data of each event (``event:`` and ``id:`` lines are
     not needed: both APIs name the event inside its JSON); a subclass takes each in :meth:`_data_event`."""
@@ -99,8 +112,9 @@ class StreamAssembler(_ServerSentEvents):
     does not have starts a new call; a fragment with neither index nor id
     continues the latest call. The id and name come from the first fragment
     that has them; argument strings are concatenated in arrival order.
-    Malformed events (not JSON, a non-object delta or fragment) are counted
-    in ``bad_events`` and skipped: assembling never raises on upstream data.
+    Malformed events (not JSON, a non-object delta or fragment, an ``index``
+    above MAX_STREAM_INDEX) are counted in ``bad_events`` and skipped:
+    assembling never raises on upstream data.
     """
 
     #: What says the answer is finished (named when a stream ends without it).
@@ -158,6 +172,9 @@ class StreamAssembler(_ServerSentEvents):
     def _fragment(self, frag: dict[str, Any]) -> None:
         raw_index = frag.get("index")
         index = raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
+        if index is not None and index > MAX_STREAM_INDEX:
+            self._bad()
+            return
         fid = frag.get("id") if isinstance(frag.get("id"), str) and frag.get("id") else None
         if index is not None and index in self._by_index:
             cur = self._calls[self._by_index[index]]
@@ -213,7 +230,8 @@ class AnthropicStreamAssembler(_ServerSentEvents):
     block stops (an input that is not JSON is kept as its text and counted in ``bad_events``).
     ``message_delta`` gives the ``stop_reason``, ``message_stop`` ends the answer, an ``error`` event
     fails it; ``ping`` and event types this does not know are skipped. Assembling never raises on
-    upstream data: malformed events are counted in ``bad_events``.
+    upstream data: malformed events (a block ``index`` that is not an integer, or is above MAX_STREAM_INDEX)
+    are counted in ``bad_events``.
     """
 
     FINISH = "stop_reason"
@@ -254,8 +272,8 @@ class AnthropicStreamAssembler(_ServerSentEvents):
             self.failed = True
 
     def _block_event(self, kind: str, obj: dict[str, Any]) -> None:
-        index = obj.get("index")
-        if not isinstance(index, int) or isinstance(index, bool):
+        index = _stream_index(obj.get("index"))
+        if index is None:
             self.bad_events += 1
         elif kind == "content_block_start":
             block = obj.get("content_block")
@@ -324,7 +342,9 @@ class ResponsesStreamAssembler(_ServerSentEvents):
     ``response.output_item.done`` replace what the deltas built with the finished text or item. The
     terminal event's response (``response.completed``, or ``response.incomplete``: cut short, still an answer)
     gives the whole output when it lists one; ``response.failed`` and ``error`` fail the answer. Other events
-    are skipped. Assembling never raises on upstream data: malformed events are counted in ``bad_events``.
+    are skipped. Assembling never raises on upstream data: malformed events are counted in ``bad_events`` —
+    an ``output_index`` that is not an integer or is above MAX_STREAM_INDEX among them, and a
+    ``content_index`` beyond the next part of its item.
     """
 
     FINISH = "response.completed"
@@ -374,8 +394,7 @@ class ResponsesStreamAssembler(_ServerSentEvents):
             self._call_event(kind, obj)
 
     def _index(self, obj: dict[str, Any]) -> int | None:
-        index = obj.get("output_index")
-        return index if isinstance(index, int) and not isinstance(index, bool) else None
+        return _stream_index(obj.get("output_index"))
 
     def _item(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         index = self._index(obj)
@@ -386,12 +405,15 @@ class ResponsesStreamAssembler(_ServerSentEvents):
 
     def _part_event(self, kind: str, obj: dict[str, Any]) -> None:
         item = self._item(obj)
-        j = obj.get("content_index", 0)
-        if item is None or not isinstance(j, int) or isinstance(j, bool) or j < 0:
+        if item is None:
             return
         content = item.get("content")
         parts = list(content) if isinstance(content, list) else []
-        while len(parts) <= j:
+        j = _stream_index(obj.get("content_index", 0))
+        if j is None or j < 0 or j > len(parts):  # not an index, or more than the next part: never padded up to it
+            self.bad_events += 1
+            return
+        if j == len(parts):
             parts.append({})
         part = dict(parts[j]) if isinstance(parts[j], dict) else {}
         if kind.startswith("response.content_part."):
@@ -445,4 +467,5 @@ class ResponsesStreamAssembler(_ServerSentEvents):
         return responses_assistant_message(items)
 
 
-__all__ = ["AnthropicStreamAssembler", "ResponsesStreamAssembler", "StreamAssembler", "forwarded_messages"]
+__all__ = ["AnthropicStreamAssembler", "MAX_STREAM_INDEX", "ResponsesStreamAssembler", "StreamAssembler",
+           "forwarded_messages"]

@@ -279,3 +279,25 @@ def pairing_problems(items: list[dict[str, Any]]) -> list[str]:
                                    or _kind(nxt) == "reasoning"):
                 problems.append(f"{k}: reasoning {item.get('id')} is not followed by its output")
     return problems
+
+
+def regrouped(items: list[dict[str, Any]], turns: dict[str, int]) -> list[dict[str, Any]]:
+    """``items`` with each model turn's calls together: an output of a turn's call sent before the turn's last
+    call (``call A, output A, call B, output B``) moves to right after that call, in the order sent. ``turns``
+    maps a call id to its turn (the response that made it); how the tests measure an interleaved history."""
+    last_call: dict[int, int] = {}
+    for k, item in enumerate(items):
+        if _kind(item) in _CALLS and item["call_id"] in turns:
+            last_call[turns[item["call_id"]]] = k
+    out: list[dict[str, Any]] = []
+    held: dict[int, list[dict[str, Any]]] = {}
+    for k, item in enumerate(items):
+        kind = _kind(item)
+        turn = turns.get(item.get("call_id") or item.get("id") or "") if kind.endswith("_call_output") else None
+        if turn is not None and last_call.get(turn, -1) > k:
+            held.setdefault(turn, []).append(item)
+            continue
+        out.append(item)
+        if kind in _CALLS and (t := turns.get(item["call_id"])) is not None and last_call[t] == k:
+            out.extend(held.pop(t, []))
+    return out

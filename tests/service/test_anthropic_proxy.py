@@ -300,6 +300,32 @@ def test_proxy_errors_in_anthropic_shape(service, upstream):
         assert r.status_code == 400 and "detail" in r.json()
 
 
+def test_unexpected_errors_in_anthropic_shape(service, upstream, monkeypatch):
+    """A 500 nobody planned for (the render raising) comes in Anthropic's shape on /v1/messages, naming only
+    the error's type; chat completions keep OpenAI's."""
+    fake, up_url = upstream
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("secret detail /home/someone/graph.sqlite")
+
+    monkeypatch.setattr(service, "render", broken)
+    with serve(create_proxy_app(f"{up_url}/v1", service=service, budget=B)) as url:
+        for stream in (False, True):
+            with pytest.raises(anthropic.InternalServerError) as e:
+                sdk(url).messages.create(model="m", max_tokens=9, stream=stream,
+                                         messages=[{"role": "user", "content": "hi"}])
+            assert e.value.status_code == 500
+            assert e.value.body == {"type": "error", "error": {
+                "type": "api_error", "message": "internal error (RuntimeError); the service log has the details"}}
+        raw = httpx.post(f"{url}/v1/messages?beta=true", timeout=30, json={
+            "model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]})
+        assert raw.status_code == 500 and set(raw.json()) == {"type", "error"} and "secret" not in raw.text
+        chat = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 500 and chat.json()["error"]["code"] == 500 and "detail" in chat.json()
+    assert fake.messages_requests() == []
+
+
 def test_upstream_unreachable_is_anthropic_502(service):
     import socket
 

@@ -84,7 +84,10 @@ class ScriptedUpstream:
             while len(body) < length:
                 body += conn.recv(65536)
             request = json.loads(body or b"{}")
-            if request.get("model") == "hang":
+            if request.get("model") == "hang-error":  # an error whose body never finishes
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                             b"content-length: 100000\r\n\r\n{\"error\": ")
+            if request.get("model") in ("hang", "hang-error"):
                 self.hanging.set()
                 conn.settimeout(120)
                 try:
@@ -130,6 +133,45 @@ def test_a_client_that_leaves_frees_the_session_and_cancels_the_upstream(tmp_pat
         svc.close()
 
 
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"stream": True, "messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/messages", {"stream": True, "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/responses", {"stream": True, "input": "hi"}),
+    # passed through unmanaged: the error's body read whole, or (not streamed) read inside the request
+    ("/v1/responses", {"stream": True, "previous_response_id": "resp_1", "input": "hi"}),
+    ("/v1/responses", {"previous_response_id": "resp_1", "input": "hi"}),
+])
+def test_a_client_that_leaves_during_an_upstream_error_closes_it(tmp_path, monkeypatch, path, body):
+    """An upstream error's body is read whole before it is relayed; a client that leaves meanwhile cancels
+    the read at once (the unmanaged passthrough too), and the upstream response is closed (not left to the
+    garbage collector)."""
+    sent: list[httpx.Response] = []
+    real_send = httpx.AsyncClient.send
+
+    async def send(self: httpx.AsyncClient, *args: Any, **kw: Any) -> httpx.Response:
+        resp = await real_send(self, *args, **kw)
+        sent.append(resp)
+        return resp
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", send)
+    upstream = ScriptedUpstream()
+    svc = ContextService(str(tmp_path / "g.sqlite"), embedder=HashingEmbedder(dim=64), warm=False)
+    try:
+        app = create_proxy_app(upstream.url, service=svc, budget=1500, timeout=60, stateful_responses="passthrough")
+        with serve(app) as url:
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(url + path, json={**body, "model": "hang-error"}, timeout=2)
+            assert upstream.hanging.is_set() and upstream.closed.wait(15)
+            deadline = time.monotonic() + 15
+            while not all(r.is_closed for r in sent) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert all(r.status_code == 503 and r.is_closed for r in sent)
+            assert len(sent) == (1 if body.get("stream") else 0)  # else the read was inside send: httpx closed it
+    finally:
+        upstream.close()
+        svc.close()
+
+
 # -- C and F: every error in the JSON shape; budgets strict ---------------------------------------
 
 
@@ -159,6 +201,61 @@ def test_budgets_are_json_integers_everywhere_in_the_session_api(server):
     assert "'budget'" in body["detail"] and "9999" not in body["detail"]  # never echoed
     assert "'budget'" in _is_error_json(httpx.get(f"{url}/sessions/b1/view?budget=true"), 422)["detail"]
     _is_error_json(httpx.get(f"{url}/no/such/route"), 404)
+
+
+def test_a_body_that_is_not_json_is_400_in_the_session_api(server):
+    """docs/service.md, "Errors": a body that is not JSON is 400 (not 422 naming a body index), never echoed."""
+    url, svc = server
+    for raw in (b'{"meta": {"secret-token": ', b"not json at all", b'{"budget": 1,}'):
+        for method, path in (("PUT", "/sessions/x"), ("POST", "/sessions/x/render")):
+            r = httpx.request(method, url + path, content=raw, headers={"content-type": "application/json"})
+            body = _is_error_json(r, 400)
+            assert body["detail"] == "request body is not valid JSON", (method, path, body)
+            assert "secret" not in r.text and "at all" not in r.text
+    assert svc.sessions() == []
+    # a well-formed body with a bad parameter is still 422, naming it
+    assert httpx.put(f"{url}/sessions/x", json={}).status_code == 201
+    assert "'budget'" in _is_error_json(httpx.post(f"{url}/sessions/x/render", json={"budget": "1"}), 422)["detail"]
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def test_stream_assemblers_never_size_anything_by_an_upstream_index():
+    """An index the upstream picks (a content part's, an output item's, a block's, a tool call's) is bounded:
+    beyond the next part, or above MAX_STREAM_INDEX, the event is counted in bad_events and skipped."""
+    from contextrender.service.streams import (
+        MAX_STREAM_INDEX,
+        AnthropicStreamAssembler,
+        ResponsesStreamAssembler,
+        StreamAssembler,
+    )
+
+    item = {"type": "message", "id": "m1", "role": "assistant", "content": []}
+    for j in (100_000, 10**18):  # the first would have padded 100,000 parts, the second never returned
+        asm = ResponsesStreamAssembler()
+        asm.feed(_sse({"type": "response.output_item.added", "output_index": 0, "item": item},
+                      {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "ok"},
+                      {"type": "response.output_text.delta", "output_index": 0, "content_index": j, "delta": "x"},
+                      {"type": "response.content_part.added", "output_index": 0, "content_index": 2,
+                       "part": {"type": "output_text", "text": ""}},
+                      {"type": "response.output_item.added", "output_index": 10**18, "item": item}))
+        assert asm.bad_events == 3
+        assert asm.output() == [{**item, "content": [{"type": "output_text", "text": "ok"}]}]
+    chat = StreamAssembler()
+    chat.feed(_sse({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": MAX_STREAM_INDEX + 1, "id": "c9", "function": {"name": "f", "arguments": "{}"}},
+        {"index": 10**18, "id": "c8", "function": {"name": "g", "arguments": "{}"}},
+        {"index": 1, "id": "c1", "function": {"name": "h", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}]}))
+    assert chat.bad_events == 2 and [c["id"] for c in chat.message()["tool_calls"]] == ["c1"]
+    ant = AnthropicStreamAssembler()
+    ant.feed(_sse({"type": "content_block_start", "index": 10**18, "content_block": {"type": "text", "text": "x"}},
+                  {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                  {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
+                  {"type": "content_block_delta", "index": 10**18, "delta": {"type": "text_delta", "text": "y"}},
+                  {"type": "message_stop"}))
+    assert ant.bad_events == 2 and ant.content() == [{"type": "text", "text": "hi"}]
 
 
 def test_wrap_refuses_a_budget_that_is_not_an_int():
@@ -427,6 +524,75 @@ def test_explain_and_view_use_the_embedder_the_session_was_rendered_with(tmp_pat
     with ContextGraph(path) as g:
         g.session("short").sync([{"role": "user", "content": "hi"}])
         assert g.embedders("short") == []
+
+
+class _Named(HashingEmbedder):
+    """A lexical embedder that records itself under another name (what a graph from elsewhere may say)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(dim=32)
+        self.name = name
+
+
+def _rendered_graph(path: Path, embedder: Any) -> None:
+    svc = ContextService(str(path), embedder=embedder, warm=False)
+    try:
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": "audit"}]
+        for i in range(8):
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": f"SECRET_{i} " + "pad " * 80}]
+        svc.render("s1", messages=msgs, budget=400)
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("recorded,said", [
+    ("openai/text-embedding-3-small", "--embedding litellm"),  # a remote model: every tool result would go there
+    ("hashing-" + "9" * 30, "1..65536"),                        # a dimension no machine holds
+])
+def test_explain_and_view_build_only_local_embedders_from_what_a_graph_says(tmp_path, capsys, monkeypatch,
+                                                                             recorded, said):
+    import litellm
+
+    calls: list[Any] = []
+    monkeypatch.setattr(litellm, "embedding", lambda **kw: calls.append(kw) or (_ for _ in ()).throw(
+        RuntimeError("no network in tests")))
+    path = tmp_path / "g.sqlite"
+    _rendered_graph(path, _Named(recorded))
+    with ContextGraph.snapshot(path) as g:
+        assert g.embedders("s1") == [recorded]
+    for argv in (["explain", "s1", "--graph", str(path), "--budget", "400"],
+                 ["view", "s1", "--graph", str(path), "--budget", "400", "--out", str(tmp_path / "v.html")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and recorded[:20] in err and "s1" in err and "Traceback" not in err, err
+        assert err.count("\n") == 1  # one line
+    assert calls == [] and not (tmp_path / "v.html").exists()
+    # Another embedder asked for by name works on the same file, offline.
+    assert main(["explain", "s1", "--graph", str(path), "--budget", "400", "--embedding", "hashing"]) == 0
+    assert "embedder hashing-256" in capsys.readouterr().err
+
+
+def test_a_recorded_remote_model_is_used_only_when_asked_for(tmp_path):
+    from contextrender.cli import _recorded_embedder
+
+    path = tmp_path / "g.sqlite"
+    _rendered_graph(path, _Named("openai/text-embedding-3-small"))
+    with ContextGraph.snapshot(path) as g:
+        with pytest.raises(ValueError, match="--embedding litellm"):
+            _recorded_embedder("recorded", g, "s1", "explain")
+        assert _recorded_embedder("litellm", g, "s1", "explain").name == "openai/text-embedding-3-small"
+        assert _recorded_embedder("local", g, "s1", "explain").name == "all-MiniLM-L6-v2"
+    odd = tmp_path / "odd.sqlite"
+    _rendered_graph(odd, _Named("model\x1b[31m with spaces"))
+    with ContextGraph.snapshot(odd) as g:
+        with pytest.raises(ValueError, match="not a model name"):
+            _recorded_embedder("litellm", g, "s1", "explain")
+    hashed = tmp_path / "h.sqlite"
+    _rendered_graph(hashed, _Named("hashing-65536"))
+    with ContextGraph.snapshot(hashed) as g:
+        assert _recorded_embedder("recorded", g, "s1", "explain").dim == 65536
 
 
 def test_view_episode_takes_the_files_own_task_ids(tmp_path, capsys):

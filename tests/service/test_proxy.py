@@ -216,6 +216,18 @@ def test_env_key_used_and_never_stored_or_logged(service, fake_upstream, monkeyp
     assert secret.encode() not in graph_bytes
 
 
+def test_model_list_says_it_is_not_managed(service, fake_upstream):
+    """docs/service.md: every answer the proxy relays without rendering says X-ContextRender-Managed: false."""
+    fake, up_url = fake_upstream
+    with serve(create_proxy_app(f"{up_url}/v1", service=service, budget=1500)) as url:
+        r = httpx.get(f"{url}/v1/models", timeout=30)
+        chat = httpx.post(f"{url}/v1/chat/completions", timeout=30,
+                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200 and r.json()["data"][0]["id"] == "fake-model"
+    assert r.headers["x-contextrender-managed"] == "false"
+    assert chat.status_code == 200 and "x-contextrender-managed" not in chat.headers
+
+
 def test_upstream_unreachable_is_502(service):
     with socket_port() as port:
         app = create_proxy_app(f"http://127.0.0.1:{port}/v1", service=service, connect_timeout=2)

@@ -5,6 +5,7 @@ for the proxy's conversion (contextrender/service/responses_api.py over a real r
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -19,7 +20,14 @@ from contextrender.service import responses_api
 from contextrender.service.sessions import ContextService
 
 from .conftest import serve
-from .responses_fake import FakeResponsesUpstream, as_chat, history_tokens, items_of, pairing_problems
+from .responses_fake import (
+    FakeResponsesUpstream,
+    as_chat,
+    history_tokens,
+    items_of,
+    pairing_problems,
+    regrouped,
+)
 
 METHODS = ["contextrender", "prune", "cr_recency", "semantic_retrieval", "openhands_summary", "langchain_trim"]
 WORDS = st.lists(st.sampled_from(["alpha", "REC_7", "owner", "beta", "x=1", "ünï", "ok", "gamma"]), min_size=1,
@@ -104,6 +112,61 @@ def test_proxy_conversion_never_above_budget_and_always_paired(service, conv, bu
     assert res.tokens <= budget
     sent = responses_api.forwarded_input(items, converted, res)
     check_forwarded(instructions, items, sent, budget)
+
+
+_FRESH = itertools.count()  # a new session per example
+
+
+def interleaved(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` as Codex sends a turn's calls back: each call followed at once by its output."""
+    out: list[dict[str, Any]] = []
+    k = 0
+    while k < len(items):
+        if not items[k].get("type", "").endswith("_call"):
+            out.append(items[k])
+            k += 1
+            continue
+        run = k
+        while run < len(items) and items[run].get("type", "").endswith("_call"):
+            run += 1
+        end = run
+        while end < len(items) and items[end].get("type", "").endswith("_call_output"):
+            end += 1
+        outputs = {o["call_id"]: o for o in items[run:end]}
+        for call in items[k:run]:
+            out += [call, outputs[call["call_id"]]]
+        k = end
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv=conversations(), budget=st.integers(100, 3000), method=st.sampled_from(METHODS), cut=st.floats(0, 1))
+def test_interleaved_outputs_sync_as_the_recorded_turns(service, conv, budget, method, cut):
+    """A history stored with each turn's calls in one assistant message (as the proxy records answers), sent
+    back interleaved: the conversion is the stored one as far as the stored answers go (no fork), the render
+    is within B and paired, and the items go upstream in the client's order."""
+    instructions, grouped = conv
+    items = interleaved(grouped)
+    stored = responses_api.to_openai(instructions, grouped).messages
+    sid = f"il-{next(_FRESH)}"
+    n = round(cut * len(stored))
+    service.sync(sid, list(stored[:n]), on_conflict="fork")
+    together = service.answered_together(sid)
+    converted = responses_api.to_openai(instructions, items, lambda cid: together.get(cid, frozenset()))
+    assert converted.messages[:n] == stored[:n]
+    if n == len(stored):
+        assert converted.messages == stored
+    res = service.render(sid, messages=list(converted.messages), budget=budget, method=method, on_conflict="fork")
+    assert res.session == sid and not res.forked and res.tokens <= budget
+    sent = responses_api.forwarded_input(items, converted, res)
+    turns = {c["id"]: k for k, m in enumerate(converted.messages) for c in m.get("tool_calls") or []}
+    assert history_tokens(as_chat(regrouped(sent, turns), instructions)) <= budget
+    assert pairing_problems(sent) == []
+    ids = {id(item): k for k, item in enumerate(items)}
+    kept = [ids[id(item)] for item in sent if id(item) in ids]
+    assert kept == sorted(kept)
+    full = service.render(sid, budget=10**6, method="prune")
+    assert [id(i) for i in responses_api.forwarded_input(items, converted, full)] == [id(i) for i in items]
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,13 @@ from contextrender.service.proxy import create_proxy_app
 from .conftest import FakeUpstream, serve
 from .responses_fake import (
     FakeResponsesUpstream,
+    as_chat,
+    default_script,
+    history_tokens,
     items_of,
     pairing_problems,
     record_text,
+    regrouped,
     request_history_tokens,
     sse_bytes,
     sse_events,
@@ -167,6 +171,79 @@ def test_streamed_events_are_relayed_as_they_come_and_recorded(proxy):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         raw = b"".join(r.iter_raw())
     assert raw == fake.requests[-1]["sent"]
+
+
+def run_agent_interleaved(url: str, task: str, *, stream: bool, session: str, tools: list[dict[str, Any]],
+                          tag: str) -> tuple[list[Any], list[Any], list[str | None]]:
+    """An agent that sends each call back followed at once by its output (``call A, output A, call B, output B``,
+    as Codex does); returns its history, the responses and the session header of every answer."""
+    sessions: list[str | None] = []
+    http = httpx.Client(timeout=30, event_hooks={"response": [
+        lambda r: sessions.append(r.headers.get("x-contextrender-session"))]})
+    c = client(url, http_client=http, default_headers={"X-ContextRender-Session": session})
+    history: list[Any] = [{"role": "user", "content": task}]
+    responses = []
+    for _ in range(20):
+        kw: dict[str, Any] = {"model": "fake-model", "instructions": INSTRUCTIONS, "input": history,
+                              "tools": tools, "store": False}
+        if stream:
+            events = list(c.responses.create(stream=True, **kw))
+            resp = events[-1].response
+        else:
+            resp = c.responses.create(**kw)
+        responses.append(resp)
+        outs = {o["call_id"]: o for o in tool_outputs(resp.output, tag)}
+        for item in resp.output:
+            history.append(item.model_dump(mode="json", exclude_none=True))
+            if item.type == "function_call":
+                history.append(outs[item.call_id])
+        if not outs:
+            http.close()
+            return history, responses, sessions
+    raise AssertionError("the scripted agent did not finish")
+
+
+@pytest.mark.parametrize("tools,reasoning,stream", [
+    ([LOOKUP, NOTE], True, False),   # reasoning, call A, output A, call B, output B (Codex)
+    ([LOOKUP, NOTE], False, True),   # nothing but calls and outputs: only the recorded answers tell the turns
+    ([LOOKUP], False, False),        # one call per turn: the same shape on the wire, consecutive turns
+])
+def test_interleaved_calls_and_outputs_never_fork(service, tools, reasoning, stream):
+    def script(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        return [i for i in default_script(body, n) if reasoning or i["type"] != "reasoning"]
+
+    fake = FakeResponsesUpstream(script)
+    with serve(fake.app) as up, serve(create_proxy_app(f"{up}/v1", service=service, budget=B)) as url:
+        history, responses, sessions = run_agent_interleaved(
+            url, "Follow the chain from REC_start; steps=8.", stream=stream, session="il1", tools=tools, tag="i")
+    assert responses[-1].output_text == "Done: the chain ends at REC_i_8 after 8 steps."
+    # One session all along: no fork (il1~1, il1~2, ...), the header never changes.
+    assert sessions == ["il1"] * len(responses) and service.sessions() == ["il1"]
+    # The graph holds each message once: one assistant message per response (both calls), then its outputs.
+    stored = list(service.transcript("il1").messages)
+    per_turn = ["assistant"] + ["tool"] * len(tools)
+    assert [m["role"] for m in stored] == ["system", "user", *per_turn * 8, "assistant"]
+    asst = [m for m in stored if m["role"] == "assistant"]
+    for resp, m in zip(responses, asst, strict=True):
+        assert [c["id"] for c in m.get("tool_calls") or []] == [i.call_id for i in resp.output
+                                                                if i.type == "function_call"]
+    assert [m["tool_call_id"] for m in stored if m["role"] == "tool"] == [
+        i.call_id for r in responses for i in r.output if i.type == "function_call"]
+    # Every request within B (measured with each turn's calls together, as the graph holds them), paired,
+    # every output right after its call as the client sent it, kept items the client's own in its order.
+    turns = {i.call_id: n for n, r in enumerate(responses) for i in r.output if i.type == "function_call"}
+    sent = [json.dumps(i, sort_keys=True) for i in history]
+    for rec in fake.requests:
+        items = items_of(rec["body"])
+        assert history_tokens(as_chat(regrouped(items, turns), INSTRUCTIONS)) <= B
+        assert pairing_problems(items) == []
+        for k, item in enumerate(items):
+            if item.get("type") == "function_call_output":
+                assert items[k - 1]["type"] == "function_call" and items[k - 1]["call_id"] == item["call_id"]
+        kept = [sent.index(json.dumps(i, sort_keys=True)) for i in items if json.dumps(i, sort_keys=True) in sent]
+        assert kept == sorted(kept)
+    last = fake.requests[-1]["body"]["input"]
+    assert any(OMISSION_MARKER in str(i.get("output")) for i in last if i.get("type") == "function_call_output")
 
 
 def test_stream_assembled_from_items_when_completed_lists_none(service):

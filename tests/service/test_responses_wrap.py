@@ -181,3 +181,36 @@ def test_string_input_and_rewrapped_clients(upstream):
     assert "responses" in dir(client)
     # the rest of client.responses is the client's own
     assert client.responses.retrieve == client.wrapped.responses.retrieve
+
+
+def test_interleaved_calls_and_outputs_never_fork(upstream):
+    """Each call sent back followed by its output (as Codex does): the wrapper syncs it as the recorded answer
+    (one assistant message with both calls), so the session never forks."""
+    fake, url = upstream
+    client = wrapped(url, session="wil")
+    try:
+        history: list[Any] = [{"role": "user", "content": "Follow the chain from REC_start; steps=5."}]
+        answers = 0
+        while True:
+            resp = client.responses.create(model="m", instructions=INSTRUCTIONS, input=history, tools=[LOOKUP, NOTE])
+            answers += 1
+            assert client.contextrender.last is not None and client.contextrender.last.session == "wil"
+            assert not client.contextrender.last.forked
+            outs = {o["call_id"]: o for o in outputs_for(resp.output, "w")}
+            for item in resp.output:
+                history.append(item.model_dump(mode="json", exclude_none=True))
+                if item.type == "function_call":
+                    history.append(outs[item.call_id])
+            if not outs:
+                break
+        stored = [m["role"] for m in client.contextrender.graph.session("wil").openai_messages()]
+        assert client.contextrender.graph.session_ids() == ["wil"]  # no wil~1, wil~2, ...
+    finally:
+        client.close()
+    assert answers == 6 and stored == ["system", "user", *["assistant", "tool", "tool"] * 5, "assistant"]
+    for rec in fake.requests:
+        items = items_of(rec["body"])
+        assert pairing_problems(items) == []
+        for k, item in enumerate(items):
+            if item.get("type") == "function_call_output":
+                assert items[k - 1].get("call_id") == item["call_id"]
