@@ -37,7 +37,7 @@ PLUS = "contextrender_plus"
 VARIANTS: dict[str, dict[str, Any]] = {
     PLUS: {},
     "plus −id forms": {"id_forms": False},
-    "plus −learned id value (fixed 0.8)": {"learned_id_value": False},
+    "plus +learned id value": {"learned_id_value": True},
     "plus −learned prior": {"learned_prior": 0.0},
     "plus −tabular": {"tabular": False},
     "plus −compact omitted": {"compact_omitted": False},
