@@ -453,14 +453,16 @@ def _explain(args: argparse.Namespace) -> int:
         method_config(args.method)  # an unknown name fails here, listing the known ones
         for m in args.compare:
             method_config(m)
+        # an embedder named outright is built before anything is opened: a missing extra is said first
+        chosen = None if args.embedding in (RECORDED, "litellm") else _embedder(args.embedding, cache=False)
         graph = _snapshot(path)
-    except (ValueError, OverrideError, GraphError) as e:
+    except (ValueError, OverrideError, GraphError, ImportError) as e:
         print(f"contextrender explain: {e}", file=sys.stderr)
         return 2
     with graph:
         try:
             sid = _find_session(graph, args.session, path)
-            embedder = _recorded_embedder(args.embedding, graph, sid, "explain")
+            embedder = chosen if chosen is not None else _recorded_embedder(args.embedding, graph, sid, "explain")
             policy = build_policy(method_config(args.method), embedder=embedder, compactor=_compactor("extractive"))
             others = {m: build_policy(method_config(m), embedder=embedder, compactor=_compactor("extractive"))
                       for m in args.compare}

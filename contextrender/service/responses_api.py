@@ -281,6 +281,14 @@ def to_openai(instructions: Any, input_: Any,
         if not groups:
             raise InvalidMessages("'input' holds no message, tool call or tool output")
         groups[-1][2].extend(waiting)
+    pairs += _group_messages(input_, groups, turn_of)
+    return Converted(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+
+
+def _group_messages(input_: Sequence[Any], groups: Sequence[tuple[str, list[int], list[int]]],
+                    turn_of: Mapping[int, int]) -> list[tuple[dict[str, Any], Origin]]:
+    """Each group of input items as one chat message and where it came from."""
+    pairs: list[tuple[dict[str, Any], Origin]] = []
     for g, (side, own, attached) in enumerate(groups):
         first = input_[own[0]]
         where = f"input[{own[0]}]"
@@ -293,7 +301,7 @@ def to_openai(instructions: Any, input_: Any,
             msg = {"role": first["role"], "content": _message_text(first, where)}
         turn = groups[turn_of[g]][1][0] if g in turn_of else None
         pairs.append((msg, Origin(side, tuple(own), tuple(sorted(attached)), turn)))
-    return Converted(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+    return pairs
 
 
 def _first_call(items: Sequence[Any], own: Sequence[int]) -> str:

@@ -134,7 +134,10 @@ def test_commands_without_the_local_extra_name_it_and_the_hashing_alternative(se
     """The default embedding is the local model, which this venv lacks: each command says what to install
     and that --embedding hashing needs nothing."""
     cwd, home = workdir
-    args = {"serve": ["serve", "--port", str(_free_port())], "explain": ["explain", "some-session", "--budget", "900"]}[command]
+    # explain's default embedder is the one the session was rendered with (read from its graph); asked for the
+    # local model, it must name the extra before it opens anything.
+    args = {"serve": ["serve", "--port", str(_free_port())],
+            "explain": ["explain", "some-session", "--budget", "900", "--embedding", "local"]}[command]
     proc = service_venv.run([service_venv.cli, *args], cwd, home, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "contextrender[local]" in proc.stderr and "(or use --embedding hashing" in proc.stderr, proc.stderr
@@ -208,7 +211,7 @@ def test_replay_errors_exit_2_with_a_clear_message(service_venv, workdir, case):
     else:  # the default embedding is the local model, which this venv lacks
         (cwd / "traces.jsonl").write_text(lines[0] + "\n")
         args = args[:-2]
-        expected = "pip install 'contextrender[local]' (or use --embedding hashing"
+        expected = "pip install 'contextrender[local]' (from a checkout: pip install -e '.[local]') (or use --embedding hashing"
     proc = service_venv.run([service_venv.cli, "replay", *args, "--output", "r.json"], cwd, home, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
