@@ -148,7 +148,9 @@ task-success: setup ## every method × both oracle modes × 3 benchmarks × 3 bu
 		for B in $(TS_BUDGETS); do \
 			$(PY) -m contextrender.experiments.evaluation.replay traces=$$t budget=$$B ceiling=false \
 				'methods=[$(TS_METHODS)]' benchmark_name=$$b output=results/task_success/replay_$${b}_B$$B.json \
-				> results/task_success/replay_$${b}_B$$B.md; \
+				> results/task_success/.replay.md; \
+			sed '/^\[20[0-9][0-9]-[0-9][0-9]-[0-9][0-9] /d' results/task_success/.replay.md \
+				> results/task_success/replay_$${b}_B$$B.md; rm -f results/task_success/.replay.md; \
 			replays="$$replays results/task_success/replay_$${b}_B$$B.json"; done; done; \
 	$(PY) -m contextrender.analysis.task_success --runs $(RUNS)/task_success --replays $$replays --out results
 

@@ -419,7 +419,7 @@ def setting_notes(df: pd.DataFrame) -> list[str]:
     ours = sorted(set(df["method"]) & set(OURS))
     if ours:
         notes.append(f"§ OURS, NOT THE PAPER'S METHOD: {', '.join(ours)} (an experimental extension of "
-                     "ContextRender; see results/plus/plus.md).")
+                     "ContextRender; docs/method.md §13; what its switches do: results/README.md).")
     return notes
 
 

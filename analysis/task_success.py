@@ -156,13 +156,18 @@ def verdict_table(verdict: pd.DataFrame, stem: str = VERDICT) -> Table:
             ("best_other_pass", "its pass", ".1f"), ("prune_pass", "prune pass", ".1f"),
             ("plus_cost", "plus norm. cost", ".3f"), ("prune_cost", "prune norm. cost", ".3f"),
             ("plus_rereads_per_task", "plus re-reads/task", ".2f")]
-    met = int(verdict["plus_at_least_every_other"].sum()) if not verdict.empty else 0
-    cheap = int(verdict["plus_cost_within"].sum()) if not verdict.empty else 0
-    n = len(verdict)
+    run = verdict[verdict["methods_compared"] > 0] if not verdict.empty else verdict
+    met = int(run["plus_at_least_every_other"].sum()) if not run.empty else 0
+    priced = run[run["prune_cost"].notna()] if not run.empty else run
+    cheap = int(priced["plus_cost_within"].sum()) if not priced.empty else 0
+    n = len(run)
     compared = sorted(set(verdict["methods_compared"])) if not verdict.empty else []
-    notes = [f"contextrender_plus passes at least as many tasks as every other budgeted method in {met} of {n} "
-             f"cells (benchmark × B × mode); its normalised cost is within {COST_SLACK} of Prune's or lower in "
-             f"{cheap} of {n}.",
+    alone = [f"{r['benchmark']} B={r['budget']} {r['mode']}" for _, r in verdict.iterrows()
+             if r["methods_compared"] == 0]
+    notes = [f"contextrender_plus passes at least as many tasks as every other budgeted method in {met} of the {n} "
+             f"cells (benchmark × B × mode) where others ran; its normalised cost is within {COST_SLACK} of Prune's "
+             f"or lower in {cheap} of the {len(priced)} where Prune ran."
+             + (f" No other method has records yet in: {'; '.join(alone)}." if alone else ""),
              "best other method: the highest pass among the paper's budgeted methods, the weight ablations and the "
              f"peer strategies ({', '.join(map(str, compared))} methods per cell); full history, which ignores B, "
              "is not a competitor.",

@@ -1,4 +1,4 @@
-"""ContextRender+ — beyond the paper (NOT the paper's method; see results/plus/plus.md).
+"""ContextRender+ — beyond the paper (NOT the paper's method; docs/method.md §13; its switches: results/README.md).
 
 Same graph, same ``render(session, budget) -> Rendered`` interface and the same
 budget scope as :class:`~contextrender.selector.ContextRender`: the policy *is*
