@@ -116,7 +116,7 @@ plus: setup ## contextrender_plus (ours): each switch off in turn, oracle both m
 plus-fitted: setup ## the OPTIONAL fitted profile contextrender_plus_fitted: fit on train traces, held-out recall → results/plus_fitted
 	$(PY) -m contextrender.experiments.studies.plus_fitted $(ARGS)
 
-# Issue 17: the peer strategies (catalogue group peers: every kind-peer method plus full, prune and
+# The peer strategies (catalogue group peers: every kind-peer method plus full, prune and
 # contextrender) head to head under one budget, offline (oracle), then recall and the failure-mode
 # measures by replaying each benchmark's Full traces with the same methods; one table, one figure.
 .PHONY: peers

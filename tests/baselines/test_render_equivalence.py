@@ -41,7 +41,7 @@ RENDERS = 22320
 #: the omission marker became the minimal fixed ``[omitted]`` (docs/method.md §5), which changes every render
 #: that omits a result — 201 of 374 sequences (every paper/project selector, and the peers whose
 #: shared fallback to B uses the marker); the 173 others (full, compact, the summarising peers, ...)
-#: are unchanged, and nothing else moved. Issue 18 deliverable 3 then re-aimed contextrender_plus (ours)
+#: are unchanged, and nothing else moved. Then a later change re-aimed contextrender_plus (ours)
 #: at the hindsight ceiling (a fitted per-tool reuse prior): the 7 of its 11 sequences whose renders
 #: the prior reorders changed on purpose; every other policy's digest is identical. Then the tabular
 #: switch (an omitted JSON result's lossless tabular form in the leftover budget) and prior_min_age 0
