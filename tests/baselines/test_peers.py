@@ -130,8 +130,8 @@ def test_shipped_defaults_and_budget_scaled_sizes():
 def test_the_catalogue_gives_every_peer_its_own_colour_and_marker():
     entries = catalogue.catalogue().values()
     assert tuple(n for n, m in catalogue.catalogue().items() if m.kind == "peer") == tuple(PEERS)
-    # the peer head-to-head (make peers) runs every peer plus full, prune and contextrender
-    assert catalogue.group("peers") == ("full", "prune", "contextrender", *PEERS)
+    # the peer head-to-head (make peers) runs every peer plus full, prune, contextrender and contextrender_plus
+    assert catalogue.group("peers") == ("full", "prune", "contextrender", "contextrender_plus", *PEERS)
     assert len({m.colour for m in entries}) == len({m.marker for m in entries}) == len(entries)
 
 

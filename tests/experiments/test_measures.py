@@ -333,7 +333,7 @@ def test_runs_record_the_measures_for_every_peers_method(tmp_path):
     from contextrender.experiments.runtime.runner import run_job
 
     methods = catalogue.group("peers")
-    assert {"full", "prune", "contextrender"} <= set(methods) and len(methods) == 13
+    assert {"full", "prune", "contextrender", "contextrender_plus"} <= set(methods) and len(methods) == 14
     for bench in ("bfcl_multi_turn", "tau2_retail"):
         for method in methods:
             with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
