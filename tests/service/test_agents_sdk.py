@@ -14,7 +14,13 @@ from contextrender.graph import OMISSION_MARKER
 from contextrender.service.proxy import create_proxy_app
 
 from .conftest import serve
-from .responses_fake import FakeResponsesUpstream, items_of, pairing_problems, record_text, request_history_tokens
+from .responses_upstream import (
+    ScriptedResponsesUpstream,
+    items_of,
+    pairing_problems,
+    record_text,
+    request_history_tokens,
+)
 
 B = 1500
 INSTRUCTIONS = "You follow chains of records with the lookup tool, one record at a time."
@@ -22,12 +28,12 @@ INSTRUCTIONS = "You follow chains of records with the lookup tool, one record at
 
 @pytest.fixture
 def proxied(service):
-    fake = FakeResponsesUpstream()
+    fake = ScriptedResponsesUpstream()
     with serve(fake.app) as up, serve(create_proxy_app(f"{up}/v1", service=service, budget=B)) as url:
         yield url, fake, service
 
 
-def check(fake: FakeResponsesUpstream, steps: int) -> list[dict[str, Any]]:
+def check(fake: ScriptedResponsesUpstream, steps: int) -> list[dict[str, Any]]:
     bodies = [rec["body"] for rec in fake.requests]
     assert len(bodies) == steps + 1
     for body in bodies:

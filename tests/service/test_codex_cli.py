@@ -22,8 +22,8 @@ from contextrender.graph import OMISSION_MARKER
 from contextrender.service.proxy import create_proxy_app
 
 from .conftest import serve
-from .responses_fake import (
-    FakeResponsesUpstream,
+from .responses_upstream import (
+    ScriptedResponsesUpstream,
     items_of,
     message_item,
     pairing_problems,
@@ -91,7 +91,7 @@ def codex_script(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
 
 def test_codex_exec_multi_step_shell_task_through_the_proxy(service, tmp_path):
     binary = codex_bin()
-    fake = FakeResponsesUpstream(codex_script)
+    fake = ScriptedResponsesUpstream(codex_script)
     work, home = tmp_path / "work", tmp_path / "codex-home"
     work.mkdir()
     home.mkdir()

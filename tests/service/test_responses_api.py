@@ -14,7 +14,7 @@ from contextrender.service.errors import InvalidMessages
 from contextrender.service.results import ReadinessSummary, RenderResult
 from contextrender.service.streams import ResponsesStreamAssembler
 
-from .responses_fake import default_script, pairing_problems, sse_bytes, sse_events
+from .responses_upstream import default_script, pairing_problems, sse_bytes, sse_events
 
 TASK = {"role": "user", "content": [{"type": "input_text", "text": "Find it."},
                                     {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}

@@ -20,8 +20,8 @@ from contextrender.service import responses_api
 from contextrender.service.sessions import ContextService
 
 from .conftest import serve
-from .responses_fake import (
-    FakeResponsesUpstream,
+from .responses_upstream import (
+    ScriptedResponsesUpstream,
     as_chat,
     history_tokens,
     items_of,
@@ -171,7 +171,7 @@ def test_interleaved_outputs_sync_as_the_recorded_turns(service, conv, budget, m
 
 @pytest.fixture(scope="module")
 def upstream():
-    fake = FakeResponsesUpstream()
+    fake = ScriptedResponsesUpstream()
     with serve(fake.app) as url:
         yield fake, url
 

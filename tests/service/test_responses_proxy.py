@@ -1,5 +1,5 @@
 """The proxy's ``POST /v1/responses`` over real loopback HTTP: the real ``openai`` SDK's ``client.responses.create``
-against a scripted Responses API upstream (tests/service/responses_fake.py)."""
+against a scripted Responses API upstream (tests/service/responses_upstream.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from contextrender.graph import OMISSION_MARKER
 from contextrender.service.proxy import create_proxy_app
 
 from .conftest import FakeUpstream, serve
-from .responses_fake import (
-    FakeResponsesUpstream,
+from .responses_upstream import (
+    ScriptedResponsesUpstream,
     as_chat,
     default_script,
     history_tokens,
@@ -39,7 +39,7 @@ NOTE = {"type": "function", "name": "note", "parameters": {"type": "object", "pr
 
 @pytest.fixture
 def upstream():
-    fake = FakeResponsesUpstream()
+    fake = ScriptedResponsesUpstream()
     with serve(fake.app) as url:
         yield fake, url
 
@@ -93,7 +93,7 @@ def run_agent(url: str, task: str, *, stream: bool = False, tools: list[dict[str
     raise AssertionError("the scripted agent did not finish")
 
 
-def assert_within_budget_and_paired(fake: FakeResponsesUpstream) -> None:
+def assert_within_budget_and_paired(fake: ScriptedResponsesUpstream) -> None:
     assert fake.requests
     for rec in fake.requests:
         body = rec["body"]
@@ -212,7 +212,7 @@ def test_interleaved_calls_and_outputs_never_fork(service, tools, reasoning, str
     def script(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
         return [i for i in default_script(body, n) if reasoning or i["type"] != "reasoning"]
 
-    fake = FakeResponsesUpstream(script)
+    fake = ScriptedResponsesUpstream(script)
     with serve(fake.app) as up, serve(create_proxy_app(f"{up}/v1", service=service, budget=B)) as url:
         history, responses, sessions = run_agent_interleaved(
             url, "Follow the chain from REC_start; steps=8.", stream=stream, session="il1", tools=tools, tag="i")
@@ -248,7 +248,7 @@ def test_interleaved_calls_and_outputs_never_fork(service, tools, reasoning, str
 
 def test_stream_assembled_from_items_when_completed_lists_none(service):
     """Some servers end with a response.completed whose output is empty: the items streamed before it count."""
-    fake = FakeResponsesUpstream()
+    fake = ScriptedResponsesUpstream()
 
     def emptied(body: dict[str, Any], rid: str, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
         events = sse_events(body, rid, output)
@@ -361,7 +361,7 @@ def remembering_script(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
 def test_readiness_header_and_session_api(service, budget, ready):
     """Each call after the first needs the id the previous result named: under a budget too small for any
     result the render hid it, under a roomy one it did not (X-ContextRender-Ready, GET .../readiness)."""
-    fake = FakeResponsesUpstream(remembering_script)
+    fake = ScriptedResponsesUpstream(remembering_script)
     with serve(fake.app) as up, serve(create_proxy_app(f"{up}/v1", service=service, budget=budget,
                                                        method="prune")) as url:
         history: list[Any] = [{"role": "user", "content": "Follow the records."}]
@@ -381,7 +381,7 @@ def test_readiness_header_and_session_api(service, budget, ready):
     assert_within_budget_and_paired_at(fake, budget)
 
 
-def assert_within_budget_and_paired_at(fake: FakeResponsesUpstream, budget: int) -> None:
+def assert_within_budget_and_paired_at(fake: ScriptedResponsesUpstream, budget: int) -> None:
     for rec in fake.requests:
         assert request_history_tokens(rec["body"]) <= budget
         assert pairing_problems(items_of(rec["body"])) == []
@@ -393,7 +393,7 @@ def test_sse_fixture_is_what_the_sdk_reads():
     from pydantic import TypeAdapter
 
     body = {"model": "m", "tools": [LOOKUP], "input": "REC_start; steps=1."}
-    from .responses_fake import default_script
+    from .responses_upstream import default_script
 
     raw = b"".join(sse_bytes(sse_events(body, "resp_x", default_script(body, 1))))
     adapter = TypeAdapter(ResponseStreamEvent)
@@ -402,7 +402,7 @@ def test_sse_fixture_is_what_the_sdk_reads():
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     from openai.types.responses import Response
 
-    from .responses_fake import response_object
+    from .responses_upstream import response_object
 
     assert Response.model_validate(response_object(body, "resp_x", default_script(body, 1))).output[1].type == \
         "function_call"

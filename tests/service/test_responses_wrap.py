@@ -17,7 +17,13 @@ from contextrender.graph import OMISSION_MARKER
 from contextrender.wrapper import AsyncRecordingStream, RecordingStream, WrappedClient
 
 from .conftest import serve
-from .responses_fake import FakeResponsesUpstream, items_of, pairing_problems, record_text, request_history_tokens
+from .responses_upstream import (
+    ScriptedResponsesUpstream,
+    items_of,
+    pairing_problems,
+    record_text,
+    request_history_tokens,
+)
 
 B = 1500
 INSTRUCTIONS = "You are a careful agent. Follow the records with the tools."
@@ -28,7 +34,7 @@ NOTE = {"type": "function", "name": "note", "parameters": {"type": "object", "pr
 
 @pytest.fixture
 def upstream():
-    fake = FakeResponsesUpstream()
+    fake = ScriptedResponsesUpstream()
     with serve(fake.app) as url:
         yield fake, url
 
@@ -49,7 +55,7 @@ def outputs_for(output: list[Any], tag: str) -> list[dict[str, Any]]:
     return outs
 
 
-def check_upstream(fake: FakeResponsesUpstream, history: list[Any]) -> None:
+def check_upstream(fake: ScriptedResponsesUpstream, history: list[Any]) -> None:
     assert fake.requests
     for rec in fake.requests:
         assert request_history_tokens(rec["body"]) <= B

@@ -91,7 +91,7 @@ def response_object(body: dict[str, Any], rid: str, output: list[dict[str, Any]]
     """A Response as the API returns it."""
     return {"id": rid, "object": "response", "created_at": 1700000000, "status": status, "background": False,
             "error": None, "incomplete_details": None, "instructions": body.get("instructions"),
-            "max_output_tokens": body.get("max_output_tokens"), "model": body.get("model") or "fake",
+            "max_output_tokens": body.get("max_output_tokens"), "model": body.get("model") or "scripted",
             "output": output, "parallel_tool_calls": True, "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None}, "store": bool(body.get("store", True)),
             "temperature": 1.0, "text": {"format": {"type": "text"}}, "tool_choice": "auto",
@@ -144,7 +144,7 @@ def sse_bytes(events: list[dict[str, Any]]) -> list[bytes]:
     return [f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode() for ev in events]
 
 
-class FakeResponsesUpstream:
+class ScriptedResponsesUpstream:
     """An OpenAI Responses API server on loopback that records every request it gets.
 
     ``script(body, n)`` gives the output items of the n-th response (default :func:`default_script`).
@@ -190,7 +190,7 @@ class FakeResponsesUpstream:
 
         @app.get("/v1/models")
         async def models() -> Any:
-            return {"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0,
+            return {"object": "list", "data": [{"id": "scripted-model", "object": "model", "created": 0,
                                                 "owned_by": "test"}]}
 
         @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
