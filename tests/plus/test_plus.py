@@ -192,7 +192,8 @@ def test_config_instantiates():
     p = build_policy(method_config("contextrender_plus"), embedder=EMB)
     assert isinstance(p, ContextRenderPlus) and p.name == "contextrender_plus"
     assert p.embedder is EMB  # runtime embedder injected (never the default local model)
-    assert p.packing and p.id_forms and p.learned_id_value and p.learned_prior > 0 and p.lexical == 0.0
+    assert p.packing and p.id_forms and not p.learned_id_value and p.id_value == 0.6 and p.learned_prior > 0
+    assert p.lexical == 0.0
     assert p.params.lam == 0.3 and p.params.gamma == 0.2  # the paper's constants: nothing fitted
     q = build_policy(method_config("contextrender_plus", {"packing": False, "id_forms": False, "lexical": 1.0}),
                      embedder=EMB)
