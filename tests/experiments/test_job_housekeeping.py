@@ -309,7 +309,10 @@ def test_ctrl_c_stops_a_run_with_a_line_not_a_stack_and_the_same_command_resumes
     cmd = [sys.executable, "-m", "contextrender.experiments.run", f"run_dir={run_dir}", "embedding=hashing",
            "progress=false", f"hydra.run.dir={run_dir}/hydra", *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)])}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A test runner started in the background by a shell without job control inherits SIGINT ignored, and so
+    # would the run: give it the default disposition, as a terminal's Ctrl-C finds it.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     records = run_dir / "records" / (STEM.format("prune", 1500) + ".jsonl")
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
