@@ -90,6 +90,7 @@ from contextrender.service.server import (
     internal_error_message,
     session_router,
 )
+from contextrender.service.server import STATUS_OF_KIND as SESSION_STATUS_OF_KIND
 from contextrender.service.sessions import ContextService
 from contextrender.service.streams import (
     AnthropicStreamAssembler,
@@ -250,15 +251,7 @@ def _no_constants(name: str) -> Any:
 
 #: The proxy's status for each kind of refused operation: the session API's, but 400 where it says 422,
 #: since OpenAI's own API answers a bad parameter with 400 and its clients expect that.
-STATUS_OF_KIND: Mapping[ErrorKind, int] = {
-    ErrorKind.BAD_REQUEST: 400,
-    ErrorKind.INVALID_MESSAGES: 400,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.CONFLICT: 409,
-    ErrorKind.INTERNAL: 500,
-    ErrorKind.TOO_LARGE: 413,
-    ErrorKind.STORAGE: 507,
-}
+STATUS_OF_KIND: Mapping[ErrorKind, int] = {**SESSION_STATUS_OF_KIND, ErrorKind.BAD_REQUEST: 400}
 
 
 def _unreachable(exc: Exception, error: Callable[[int, str], JSONResponse] = _oai_error) -> JSONResponse:
@@ -748,8 +741,9 @@ async def unless_disconnected(request: Request, work: Awaitable[Response]) -> Re
     return Response(status_code=CLIENT_GONE)
 
 
-def _chat_url(state: ProxyState) -> str:
-    url = _below(state.base_url, "chat/completions")
+def _api_url(state: ProxyState, path: str) -> str:
+    """The upstream URL of one of the rendered APIs' fixed paths."""
+    url = _below(state.base_url, path)
     assert url is not None  # a fixed, clean relative path always stays below the base
     return url
 
@@ -758,7 +752,7 @@ async def _forward(state: ProxyState, sid: str, payload: bytes, headers: dict[st
                    extra: dict[str, str]) -> Response:
     """A non-streaming completion: forward, record choice 0's message, answer with the upstream's response."""
     try:
-        up = await state.http.post(_chat_url(state), content=payload, headers=headers, params=state.base_params)
+        up = await state.http.post(_api_url(state, "chat/completions"), content=payload, headers=headers, params=state.base_params)
     except httpx.HTTPError as e:
         return _unreachable(e)
     if up.status_code < 400:
@@ -783,7 +777,7 @@ async def _forward_stream(state: ProxyState, sid: str, payload: bytes, headers: 
     completion; ``url``, ``params`` and ``assembler`` make it another API's."""
     client = state.http
     try:
-        up = await client.send(client.build_request("POST", url or _chat_url(state), content=payload,
+        up = await client.send(client.build_request("POST", url or _api_url(state, "chat/completions"), content=payload,
                                                     headers=headers,
                                                     params=state.base_params if params is None else params),
                                stream=True)
@@ -914,8 +908,7 @@ async def handle_messages(state: ProxyState, request: Request) -> Response:
         payload = json.dumps(fwd, ensure_ascii=False).encode()
         headers = state.upstream_headers(request, anthropic=True)
         headers["content-type"] = "application/json"
-        url = _below(state.base_url, "messages")
-        assert url is not None  # a fixed, clean relative path always stays below the base
+        url = _api_url(state, "messages")
         params = state.base_params.merge(request.query_params)
         if not req.body.get("stream"):
             return await unless_disconnected(
@@ -1026,12 +1019,6 @@ def parse_responses_request(state: ProxyState, raw: bytes,
                             interleaved=bool(asked))
 
 
-def _responses_url(state: ProxyState) -> str:
-    url = _below(state.base_url, "responses")
-    assert url is not None  # a fixed, clean relative path always stays below the base
-    return url
-
-
 async def handle_responses(state: ProxyState, request: Request) -> Response:
     """``POST /v1/responses``: the chat path's steps for the OpenAI Responses API.
 
@@ -1071,7 +1058,7 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
         if not req.body.get("stream"):
             return await unless_disconnected(request, _forward_response(state, res.session, payload, headers, extra))
         out = await unless_disconnected(request, _forward_stream(
-            state, res.session, payload, headers, extra, release, url=_responses_url(state),
+            state, res.session, payload, headers, extra, release, url=_api_url(state, "responses"),
             assembler=ResponsesStreamAssembler))
         handed_off = isinstance(out, _RelayResponse)
         return out
@@ -1092,7 +1079,7 @@ async def _forward_response(state: ProxyState, sid: str, payload: bytes, headers
                             extra: dict[str, str]) -> Response:
     """A non-streaming Responses API call: forward, record the response's output, answer with the upstream's."""
     try:
-        up = await state.http.post(_responses_url(state), content=payload, headers=headers, params=state.base_params)
+        up = await state.http.post(_api_url(state, "responses"), content=payload, headers=headers, params=state.base_params)
     except httpx.HTTPError as e:
         return _unreachable(e)
     if up.status_code < 400:
@@ -1124,7 +1111,7 @@ async def _responses_unmanaged(state: ProxyState, request: Request, raw: bytes, 
     headers["content-type"] = "application/json"
     client = state.http
     try:
-        up = await client.send(client.build_request("POST", _responses_url(state), content=raw, headers=headers,
+        up = await client.send(client.build_request("POST", _api_url(state, "responses"), content=raw, headers=headers,
                                                     params=state.base_params), stream=bool(body.get("stream")))
     except httpx.HTTPError as e:
         return _unreachable(e)
