@@ -21,6 +21,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, replace
@@ -160,6 +161,8 @@ class ContextGraph:
 
     def __init__(self, path: str | Path = ":memory:", *, exclusive: bool = False) -> None:
         self.path = str(path)
+        #: unique to this object (not its file): what a cache of derived values keys a graph by
+        self.uid = uuid.uuid4().hex
         self._lockfile: Any = None
         self._identity: Any = None
         if self.path != ":memory:":
@@ -603,6 +606,11 @@ class Session:
 
     def message(self, seq: int) -> Message:
         return self._messages[seq]
+
+    def digest(self, seq: int) -> str:
+        """The stored content digest of message ``seq``: with the graph's ``uid`` and the session id, what names
+        this message's text for a cache (a session id alone recurs across graph files and in-memory graphs)."""
+        return self._digests[seq]
 
     def ntok(self, seq: int) -> int:
         """Stored token count of message ``seq`` (full content)."""

@@ -22,6 +22,10 @@ exactly ContextRender with the same λ, γ and weights (tests/plus checks this):
   of same-shaped records — a product's variants in 0.44 of the tokens) when that fits
   the budget left after the full results; placed like stubs, before any lossy form
   (compacted, stub). Not the original text, so NOT a visible result (docs/method.md §7).
+  ``tabular_cap``: a tabular form is a stand-in like a compacted one, offered only when its tool
+  message is at most the same ``oversized_share``·B (without the cap, a large listing's tabular
+  form fills whatever room is left at every later call: a third of the plus's rendered tokens on
+  BFCL at B=4000, for no task passed).
 - ``lexical`` (W_lex): a fourth usefulness term W_lex·(1 − exp(−k)), k = number
   of the result's qualifying values that occur as whole tokens (TFA matching)
   in the current user message or the latest rendered assistant message.
@@ -80,6 +84,7 @@ import numpy as np
 from contextrender.compaction import Compactor
 from contextrender.events import Usage, decoded_arguments
 from contextrender.graph import Session, attempt_of
+from contextrender.idform import HEADER as ID_HEADER
 from contextrender.idform import id_form
 from contextrender.render import focus_text, marker_text, text_message_tokens
 from contextrender.scoring import matvec
@@ -120,6 +125,12 @@ class Learned:
     reuse: float
     call: float
     text: float
+
+
+def _result_key(session: Session, seq: int) -> tuple[str, str, int, str]:
+    """A result's key in the per-result caches: its graph object, session, position and content digest, so a cache
+    shared across graphs (in-memory ones reuse session ids) never answers for another text."""
+    return session.graph.uid, session.id, seq, session.digest(seq)
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
@@ -239,7 +250,7 @@ class ContextRenderPlus(ContextRender):
     def __init__(self, *, packing: bool = True, stubs: bool = True, tabular: bool = True, lexical: float = 1.0,
                  id_forms: bool = False, id_value: float = 0.8,
                  learned_prior: float = 0.0, learned_strength: float = 2.0, learned_id_value: bool = False,
-                 compact_omitted: bool = True, stub_max_values: int = 12,
+                 compact_omitted: bool = True, tabular_cap: bool = False, stub_max_values: int = 12,
                  tool_prior: Mapping[str, float] | None = None, prior_weight: float = 0.0,
                  prior_default: float = 0.0, session_prior: float = 0.0,
                  prior_min_age: int = 0, use_call_prior: bool = True,
@@ -258,13 +269,14 @@ class ContextRenderPlus(ContextRender):
         self.learned_id_value = bool(learned_id_value)
         if self.learned_strength <= 0:
             raise ValueError(f"learned_strength must be positive, got {learned_strength}")
-        self._siblings: OrderedDict[tuple[int, str, int], tuple[str, ...]] = OrderedDict()
-        self._learned: OrderedDict[tuple[int, str, int], dict[str, Learned]] = OrderedDict()
-        self._ids: OrderedDict[tuple[str, int], tuple[str, int]] = OrderedDict()
+        self._siblings: OrderedDict[tuple[str, str, int], tuple[str, ...]] = OrderedDict()
+        self._learned: OrderedDict[tuple[str, str, int], dict[str, Learned]] = OrderedDict()
+        self._ids: OrderedDict[tuple[str, str, int, str], tuple[str, int]] = OrderedDict()
         self.stubs = bool(stubs)
         self.tabular = bool(tabular)
         self.lexical = float(lexical)
         self.compact_omitted = bool(compact_omitted)
+        self.tabular_cap = bool(tabular_cap)
         self.stub_max_values = int(stub_max_values)
         self.tool_prior = {str(k): float(v) for k, v in dict(tool_prior or {}).items()}
         self.prior_weight = float(prior_weight)
@@ -283,9 +295,9 @@ class ContextRenderPlus(ContextRender):
             if bad:
                 raise ValueError(f"{where}: P must lie in [0, 1] (keys {bad[:3]})")
         # Per-result caches (results never change); bounded, so a long-lived server does not grow them forever.
-        self._values: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
-        self._tables: OrderedDict[tuple[str, int], str | None] = OrderedDict()
-        self._call_p: OrderedDict[tuple[str, int], float] = OrderedDict()
+        self._values: OrderedDict[tuple[str, str, int, str], tuple[str, ...]] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, str, int, str], str | None] = OrderedDict()
+        self._call_p: OrderedDict[tuple[str, str, int, str], float] = OrderedDict()
         terms = []
         if self.lexical != 0.0:
             terms.append(self._lexical_term)
@@ -302,7 +314,7 @@ class ContextRenderPlus(ContextRender):
 
     def values_of(self, session: Session, seq: int) -> tuple[str, ...]:
         """Qualifying values of a result, in order of first occurrence in its text (cached; results never change)."""
-        key = (session.id, seq)
+        key = _result_key(session, seq)
         vals = self._values.get(key)
         if vals is None:
             content = session.message(seq).content
@@ -312,7 +324,7 @@ class ContextRenderPlus(ContextRender):
 
     def tabular_text(self, session: Session, seq: int) -> str | None:
         """The result's tabular form (cached), or None when it is not JSON or not shorter than the original."""
-        key = (session.id, seq)
+        key = _result_key(session, seq)
         cached = self._tables.get(key, _MISSING)  # one lookup: another thread may evict between two
         if cached is not _MISSING:
             return cached  # type: ignore[return-value]
@@ -339,7 +351,7 @@ class ContextRenderPlus(ContextRender):
 
     def id_text(self, session: Session, seq: int) -> tuple[str, int]:
         """The result's id form (:mod:`contextrender.idform`) and its tool message's tokens (cached)."""
-        key = (session.id, seq)
+        key = _result_key(session, seq)
         hit = self._ids.get(key)
         if hit is None:
             text = id_form(session.message(seq).content)
@@ -347,9 +359,23 @@ class ContextRenderPlus(ContextRender):
             _remember(self._ids, key, hit)
         return hit
 
+    def compacts_oversized(self, session: Session, seq: int, cap: int) -> bool:
+        """With id forms on, an oversized result whose id form holds a value is never compacted: the id form keeps every
+        value a call could pass on, the compacted form fewer, and the compactor call is charged to the task
+        (docs/method.md §13). The chooser offers the compacted form of such a result only when its id form does not
+        fit, which on the offline benchmarks cost a fifth of the plus's bill for no task passed."""
+        if not self.id_forms:
+            return True
+        text, n = self.id_text(session, seq)
+        return text == ID_HEADER or n >= text_message_tokens(session.counter, session.message(seq).content)
+
     def _id_costs(self, session: Session, st: Stage) -> np.ndarray:
-        """Per result: Tok of its tool message as its id form (the full message when that is not longer)."""
-        return np.fromiter((min(self.id_text(session, s)[1], int(n)) for s, n in zip(st.results, st.arrays.ntok, strict=True)),
+        """Per result: Tok of its tool message as its id form — the full message when that is not longer, or when the
+        id form holds no value (its header alone is no option: it would be worth β·U and keep nothing)."""
+        def cost(seq: int, full: int) -> int:
+            text, n = self.id_text(session, seq)
+            return full if text == ID_HEADER else min(n, full)
+        return np.fromiter((cost(s, int(n)) for s, n in zip(st.results, st.arrays.ntok, strict=True)),
                            dtype=np.int64, count=len(st.results))
 
     def _ids_chooser(self, session: Session, st: Stage, budget: int, diversity: float, trace: bool) -> Choice:
@@ -416,7 +442,7 @@ class ContextRenderPlus(ContextRender):
 
     def result_prior(self, session: Session, seq: int) -> float:
         """:meth:`prior_of` the result's tool and call words (cached; results never change)."""
-        key = (session.id, seq)
+        key = _result_key(session, seq)
         p = self._call_p.get(key)
         if p is None:
             r = session.result(seq)
@@ -459,7 +485,7 @@ class ContextRenderPlus(ContextRender):
         later attempt superseded (a killed run's partial try), so a resumed job learns what an
         uninterrupted one would. Cached per session and number of sessions in the file."""
         ids = session.graph.session_ids()
-        key = (id(session.graph), session.id, len(ids))
+        key = (session.graph.uid, session.id, len(ids))
         hit = self._siblings.get(key)
         if hit is None:
             latest: dict[str, int] = {}
@@ -485,7 +511,7 @@ class ContextRenderPlus(ContextRender):
         result of this session counts once it is two invocations old, or reused already), each smoothed
         toward the file's pooled rate with ``learned_strength`` pseudo-results. Nothing here comes from
         outside the user's own file (:meth:`~contextrender.graph.ContextGraph.tool_reuse`)."""
-        key = (id(session.graph), session.id, len(session))
+        key = (session.graph.uid, session.id, len(session))
         hit = self._learned.get(key)  # one render asks twice (the prior term, the id values)
         if hit is not None:
             return hit
@@ -564,7 +590,8 @@ class ContextRenderPlus(ContextRender):
             seq = st.results[i]
             now = cost[i]
             options: list[tuple[str, str]] = []
-            if self.tabular and (form := self.tabular_text(session, seq)) is not None:
+            if self.tabular and (form := self.tabular_text(session, seq)) is not None \
+                    and not (self.tabular_cap and text_message_tokens(session.counter, form) > cap):
                 options.append((form, "tabular"))
             has_ids = seq in out and out[seq][1] == "ids"
             if compact and not has_ids and int(st.arrays.ntok[i]) > cap:
@@ -579,8 +606,8 @@ class ContextRenderPlus(ContextRender):
                     options.append((text, "compacted"))
             if has_ids:
                 options = options[:1] if options and options[0][1] == "tabular" else []  # only a lossless upgrade
-            elif self.id_forms:
-                options.append((self.id_text(session, seq)[0], "ids"))
+            elif self.id_forms and (ids := self.id_text(session, seq)[0]) != ID_HEADER:
+                options.append((ids, "ids"))
             if self.stubs and seq not in out:
                 options.append((self.stub_text(session, seq), "stub"))
             for text, form in options:

@@ -379,6 +379,8 @@ class ContextRender(LazyEmbedder):
             if self.compactor is not None:  # docs/method.md §5 step 5: oversized-result fallback
                 cap = max(1, int(self.oversized_share * budget))
                 for i in np.flatnonzero(cand & (arrays.ntok > budget)).tolist():
+                    if not self.compacts_oversized(session, results[i], cap):
+                        continue
                     text, u = self._compacted(session, results[i], cap)
                     usage += u
                     compacted[i] = text
@@ -490,6 +492,11 @@ class ContextRender(LazyEmbedder):
             focus, u = checked_output(self.embedder.embed_query(text), self.embedder, "embed_query", None)
             usage += u
         return query_vector(task, focus, self.params), usage
+
+    def compacts_oversized(self, session: Session, seq: int, cap: int) -> bool:
+        """Whether the oversized result ``seq`` gets its compacted form (a compactor call) at this render: always
+        here (docs/method.md §5 step 5); a variant with a cheaper form of its own may decline."""
+        return True
 
     def _compacted(self, session: Session, seq: int, cap: int) -> tuple[str, Usage]:
         """Compact a result once per (result, cap) and keep it in the graph (the original stays)."""

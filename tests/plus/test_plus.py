@@ -192,7 +192,7 @@ def test_config_instantiates():
     p = build_policy(method_config("contextrender_plus"), embedder=EMB)
     assert isinstance(p, ContextRenderPlus) and p.name == "contextrender_plus"
     assert p.embedder is EMB  # runtime embedder injected (never the default local model)
-    assert p.packing and p.id_forms and not p.learned_id_value and p.id_value == 0.6 and p.learned_prior > 0
+    assert p.packing and p.id_forms and not p.learned_id_value and p.id_value == 0.4 and p.tabular_cap and p.learned_prior > 0
     assert p.lexical == 0.0
     assert p.params.lam == 0.3 and p.params.gamma == 0.2  # the paper's constants: nothing fitted
     q = build_policy(method_config("contextrender_plus", {"packing": False, "id_forms": False, "lexical": 1.0}),
@@ -430,3 +430,89 @@ def test_call_prior_keeps_the_result_whose_question_is_answered_by_a_name():
     assert plain.visible == {5} and switched_off.visible == {5}
     assert worded.visible == {3}
     assert worded.tokens <= budget
+
+
+class _CountingCompactor(ExtractiveCompactor):
+    """The extractive compactor, counting the texts it was asked to compact (each one a charged model call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def compact(self, text: str, max_tokens: int, *, instructions: str | None = None):
+        self.texts.append(text)
+        return super().compact(text, max_tokens, instructions=instructions)
+
+
+def _oversized(body: str) -> tuple[list[dict[str, Any]], int]:
+    """Three small results, then ``body`` as a fourth result larger than the budget returned with it."""
+    msgs = _transcript([5, 5, 5], [0, 0], None)
+    msgs.append({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "big", "type": "function", "function": {"name": "get", "arguments": "{}"}}]})
+    msgs.append({"role": "tool", "tool_call_id": "big", "content": body})
+    msgs.append({"role": "assistant", "content": "done"})
+    msgs.append({"role": "user", "content": "and now?"})
+    return msgs, TokenCounter().text(body) // 2
+
+
+def test_an_oversized_result_with_an_id_form_is_never_compacted():
+    """The paper compacts every result larger than B; with id forms on, one whose id form is shorter is not
+    (the id form keeps its values), so the compactor is not charged — and one without values still is."""
+    ids = "\n".join(f"row {k}: acct_{7000 + k} lorem ipsum dolor sit amet" for k in range(200))
+    prose = " ".join(["the quick brown fox jumps over the lazy dog"] * 200)
+    for body, compacted in ((ids, False), (prose, True)):
+        msgs, budget = _oversized(body)
+        plus = ContextRenderPlus(embedder=EMB, id_forms=True, stubs=False, lexical=0.0, compact_omitted=False,
+                                 compactor=(comp := _CountingCompactor()))
+        session = _session(msgs, f"o{compacted}")
+        r = plus.render(session, budget)
+        assert (body in comp.texts) is compacted
+        assert r.tokens <= budget and _recount(session, r) == r.tokens
+        paper = ContextRender(embedder=EMB, compactor=(comp2 := _CountingCompactor()))
+        paper.render(_session(msgs, f"p{compacted}"), budget)
+        assert body in comp2.texts  # the paper's fallback (docs/method.md §5 step 5) is unchanged
+    kept = next(m["content"] for m in r.messages if m.get("tool_call_id") == "big")
+    assert kept != prose and len(kept) < len(prose)
+
+
+def test_tabular_cap_keeps_a_large_tabular_form_out():
+    """With tabular_cap, an omitted result's tabular form is offered only when it is at most oversized_share·B."""
+    from contextrender.tabular import tabulate
+
+    msgs = _catalogue_transcript(2)
+    table = tabulate(msgs[5]["content"]) or ""
+    n_table = TokenCounter().text(table)
+    one = TokenCounter().text(msgs[5]["content"])
+    budget = one + n_table + 120
+    kw = {"embedder": EMB, "stubs": False, "lexical": 0.0, "compact_omitted": False, "tabular": True}
+    for share, offered in ((0.95 * n_table / budget, False), (min(1.0, 2.0 * n_table / budget), True)):
+        session = _session(msgs, f"cap{offered}")
+        r = ContextRenderPlus(tabular_cap=True, oversized_share=share, **kw).render(session, budget)
+        shown = [m for m in r.messages if m["role"] == "tool" and m["content"] == table]
+        assert bool(shown) is offered, (share, budget, n_table)
+        assert r.tokens <= budget and _recount(session, r) == r.tokens
+
+
+def test_one_policy_over_graphs_that_reuse_a_session_id_renders_each_from_its_own_text():
+    """A policy object outlives graphs (replay_readiness opens an in-memory graph per transcript, each with a
+    session of the same id): its per-result caches must never answer for another graph's text."""
+    def msgs(tag: str) -> list[dict[str, Any]]:
+        rows = {"car": [{"plate": f"{tag}_{k:04d}", "km": 1000 + k} for k in range(40)]}
+        out = _transcript([5, 5], [0], None)
+        out.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": "z", "type": "function", "function": {"name": "get", "arguments": "{}"}}]})
+        out.append({"role": "tool", "tool_call_id": "z", "content": json.dumps(rows)})
+        out += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"y{k}", "type": "function", "function": {"name": "get", "arguments": "{}"}}]} for k in range(1)]
+        out.append({"role": "tool", "tool_call_id": "y0", "content": " ".join(["lorem ipsum"] * 400)})
+        return out
+    plus = ContextRenderPlus(embedder=EMB, id_forms=True, stubs=False, lexical=0.0, compact_omitted=False)
+    bodies = []
+    for tag in ("alpha", "bravo"):
+        session = ContextGraph().session("same-id")
+        session.sync(msgs(tag))
+        r = plus.render(session, 600)
+        body = next(m["content"] for m in r.messages if m.get("tool_call_id") == "z")
+        bodies.append(body)
+        assert f"{tag}_0000" in body
+    assert bodies[0] != bodies[1]
