@@ -40,6 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "plus +learned id value": {"learned_id_value": True},
     "plus −learned prior": {"learned_prior": 0.0},
     "plus −tabular": {"tabular": False},
+    "plus −tabular cap": {"tabular_cap": False},
     "plus −compact omitted": {"compact_omitted": False},
     "plus +lexical (W_lex 1)": {"lexical": 1.0},
     "plus −packing": {"packing": False},
