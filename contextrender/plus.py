@@ -308,7 +308,8 @@ class ContextRenderPlus(ContextRender):
         # embedder/compactor named explicitly: build_policy injects runtime objects by signature.
         super().__init__(name=name, embedder=embedder, compactor=compactor, terms=tuple(terms),
                          chooser=self._ids_chooser if self.id_forms else (self._packing_chooser if self.packing else None),
-                         filler=self._fill_omitted if (self.stubs or self.tabular or self.compact_omitted or self.id_forms) else None, **kwargs)
+                         filler=self._fill_omitted if (self.stubs or self.tabular or self.compact_omitted or self.id_forms) else None,
+                         compacts=self.compacts_oversized if self.id_forms else None, **kwargs)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -360,12 +361,10 @@ class ContextRenderPlus(ContextRender):
         return hit
 
     def compacts_oversized(self, session: Session, seq: int, cap: int) -> bool:
-        """With id forms on, an oversized result whose id form holds a value is never compacted: the id form keeps every
-        value a call could pass on, the compacted form fewer, and the compactor call is charged to the task
-        (docs/method.md §13). The chooser offers the compacted form of such a result only when its id form does not
-        fit, which on the offline benchmarks cost a fifth of the plus's bill for no task passed."""
-        if not self.id_forms:
-            return True
+        """The selector's ``compacts`` with id forms on: an oversized result whose id form holds a value is not
+        compacted. That id form keeps every value a call could pass on, the compacted form fewer, and each compaction
+        is a model call charged to the task; the paper's fallback compacts every result larger than B, and on BFCL
+        those calls were a fifth of the plus's cost for no task passed (docs/method.md §13)."""
         text, n = self.id_text(session, seq)
         return text == ID_HEADER or n >= text_message_tokens(session.counter, session.message(seq).content)
 

@@ -15,8 +15,9 @@ Before each model call, :class:`ContextRender` renders a history under B:
 Variant selectors (``contextrender_plus``, the hindsight ceiling) do not
 subclass the phases: they pass extension points to the constructor —
 ``terms`` (extra usefulness terms), ``chooser`` (replaces step 4),
-``filler`` (texts for omitted results in the budget left over) and
-``marker`` (what an omitted result's tool message says). With none given the
+``filler`` (texts for omitted results in the budget left over),
+``marker`` (what an omitted result's tool message says) and ``compacts``
+(whether an oversized result is compacted at all). With none given the
 selector is exactly the paper's.
 """
 
@@ -245,8 +246,9 @@ class ContextRender(LazyEmbedder):
         compactor: enables the oversized-result fallback (docs/method.md §5 step 5) — without one, a result
             larger than B is never rendered in full or compacted.
         oversized_share: a compacted oversized result may use at most this share of B.
-        terms, chooser, filler, marker: extension points for variant selectors (module docstring);
-            none of them is the paper's.
+        terms, chooser, filler, marker, compacts: extension points for variant selectors (module docstring);
+            none of them is the paper's. ``compacts(session, seq, cap)`` False: the oversized result ``seq`` is
+            not compacted (no compactor call; it is never shown in full either).
         trim_prose_first: on verbatim overflow, drop old assistant prose before the oldest units
             (:func:`~contextrender.render.fit_verbatim`); off (the project's docs/method.md §5 rule) unless a variant
             turns it on.
@@ -261,6 +263,7 @@ class ContextRender(LazyEmbedder):
                  compactor: Compactor | None = None, oversized_share: float = 0.25,
                  terms: Sequence[ScoreTerm] = (), chooser: Chooser | None = None,
                  filler: BodyFiller | None = None, marker: Callable[[Session, int], str] | None = None,
+                 compacts: Callable[[Session, int, int], bool] | None = None,
                  trim_prose_first: bool = False, name: str = "contextrender") -> None:
         if params is None:
             w = Weights(**dict(weights)) if isinstance(weights, Mapping) else (weights or Weights())
@@ -275,6 +278,7 @@ class ContextRender(LazyEmbedder):
         self.chooser: Chooser = chooser or paper_greedy
         self.filler = filler
         self.marker = marker
+        self.compacts = compacts
         # Verbatim overflow (docs/method.md §5 project rule): the oldest units first; True = old assistant prose first
         # (render.fit_verbatim's prose_first; contextrender_plus only — the paper's policy keeps the rule).
         self.trim_prose_first = bool(trim_prose_first)
@@ -379,7 +383,7 @@ class ContextRender(LazyEmbedder):
             if self.compactor is not None:  # docs/method.md §5 step 5: oversized-result fallback
                 cap = max(1, int(self.oversized_share * budget))
                 for i in np.flatnonzero(cand & (arrays.ntok > budget)).tolist():
-                    if not self.compacts_oversized(session, results[i], cap):
+                    if self.compacts is not None and not self.compacts(session, results[i], cap):
                         continue
                     text, u = self._compacted(session, results[i], cap)
                     usage += u
@@ -492,11 +496,6 @@ class ContextRender(LazyEmbedder):
             focus, u = checked_output(self.embedder.embed_query(text), self.embedder, "embed_query", None)
             usage += u
         return query_vector(task, focus, self.params), usage
-
-    def compacts_oversized(self, session: Session, seq: int, cap: int) -> bool:
-        """Whether the oversized result ``seq`` gets its compacted form (a compactor call) at this render: always
-        here (docs/method.md §5 step 5); a variant with a cheaper form of its own may decline."""
-        return True
 
     def _compacted(self, session: Session, seq: int, cap: int) -> tuple[str, Usage]:
         """Compact a result once per (result, cap) and keep it in the graph (the original stays)."""
