@@ -362,9 +362,11 @@ class ContextRenderPlus(ContextRender):
 
     def compacts_oversized(self, session: Session, seq: int, cap: int) -> bool:
         """The selector's ``compacts`` with id forms on: an oversized result whose id form holds a value is not
-        compacted. That id form keeps every value a call could pass on, the compacted form fewer, and each compaction
-        is a model call charged to the task; the paper's fallback compacts every result larger than B, and on BFCL
-        those calls were a fifth of the plus's cost for no task passed (docs/method.md §13)."""
+        compacted up front (only by :meth:`_fill_omitted`, when the knapsack gave it neither its text nor its id
+        form and its compacted form could fit in the room left). That id form keeps every value a call could pass
+        on, the compacted form fewer, and each compaction is a model call charged to the task; the paper's
+        fallback compacts every result larger than B, and on BFCL those calls were a fifth of the plus's cost
+        for no task passed (docs/method.md §13)."""
         text, n = self.id_text(session, seq)
         return text == ID_HEADER or n >= text_message_tokens(session.counter, session.message(seq).content)
 
