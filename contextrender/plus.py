@@ -296,7 +296,7 @@ class ContextRenderPlus(ContextRender):
                 raise ValueError(f"{where}: P must lie in [0, 1] (keys {bad[:3]})")
         # Per-result caches (results never change); bounded, so a long-lived server does not grow them forever.
         self._values: OrderedDict[tuple[str, str, int, str], tuple[str, ...]] = OrderedDict()
-        self._tables: OrderedDict[tuple[str, str, int, str], str | None] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, str, int, str], tuple[str, int] | None] = OrderedDict()
         self._call_p: OrderedDict[tuple[str, str, int, str], float] = OrderedDict()
         terms = []
         if self.lexical != 0.0:
@@ -323,18 +323,19 @@ class ContextRenderPlus(ContextRender):
             _remember(self._values, key, vals)
         return vals
 
-    def tabular_text(self, session: Session, seq: int) -> str | None:
-        """The result's tabular form (cached), or None when it is not JSON or not shorter than the original."""
+    def tabular_text(self, session: Session, seq: int) -> tuple[str, int] | None:
+        """The result's tabular form and its tool message's tokens (cached), or None when it is not JSON or not
+        shorter than the original."""
         key = _result_key(session, seq)
         cached = self._tables.get(key, _MISSING)  # one lookup: another thread may evict between two
         if cached is not _MISSING:
             return cached  # type: ignore[return-value]
-        content = session.message(seq).content
-        form = tabulate(content)
-        if form is not None and session.counter.text(form) >= session.counter.text(content):
-            form = None
-        _remember(self._tables, key, form)
-        return form
+        form = tabulate(session.message(seq).content)
+        hit = None
+        if form is not None and (n := text_message_tokens(session.counter, form)) < session.result(seq).ntok:
+            hit = (form, n)
+        _remember(self._tables, key, hit)
+        return hit
 
     def stub_text(self, session: Session, seq: int) -> str:
         """The omission marker plus up to ``stub_max_values`` qualifying values."""
@@ -368,7 +369,7 @@ class ContextRenderPlus(ContextRender):
         fallback compacts every result larger than B, and on BFCL those calls were a fifth of the plus's cost
         for no task passed (docs/method.md §13)."""
         text, n = self.id_text(session, seq)
-        return text == ID_HEADER or n >= text_message_tokens(session.counter, session.message(seq).content)
+        return text == ID_HEADER or n >= session.result(seq).ntok  # the stored Tok of the full tool message
 
     def _id_costs(self, session: Session, st: Stage) -> np.ndarray:
         """Per result: Tok of its tool message as its id form — the full message when that is not longer, or when the
@@ -590,31 +591,31 @@ class ContextRenderPlus(ContextRender):
                 break
             seq = st.results[i]
             now = cost[i]
-            options: list[tuple[str, str]] = []
-            if self.tabular and (form := self.tabular_text(session, seq)) is not None \
-                    and not (self.tabular_cap and text_message_tokens(session.counter, form) > cap):
-                options.append((form, "tabular"))
+            options: list[tuple[str, str, int | None]] = []  # (text, form, its tool message's Tok if known)
+            if self.tabular and (tab := self.tabular_text(session, seq)) is not None \
+                    and not (self.tabular_cap and tab[1] > cap):
+                options.append((tab[0], "tabular", tab[1]))
             has_ids = seq in out and out[seq][1] == "ids"
             if compact and not has_ids and int(st.arrays.ntok[i]) > cap:
                 if i in st.compacted:  # oversized: already compacted by the fallback (docs/method.md §5 step 5)
-                    options.append((st.compacted[i], "compacted"))
+                    options.append((st.compacted[i], "compacted", None))
                 elif (not self.id_forms or self._compaction_known(session, seq, cap)
                       or current + MESSAGE_OVERHEAD + cap - now <= budget):
                     # A compaction is a model call: with id forms on, made only when its form (at most cap tokens)
                     # could fit (the earlier plus, the fitted profile, compacts every candidate it weighs).
                     text, u = room.compact(seq, cap)
                     usage += u
-                    options.append((text, "compacted"))
+                    options.append((text, "compacted", None))
             if has_ids:
                 options = options[:1] if options and options[0][1] == "tabular" else []  # only a lossless upgrade
-            elif self.id_forms and (ids := self.id_text(session, seq)[0]) != ID_HEADER:
-                options.append((ids, "ids"))
+            elif self.id_forms and (ids := self.id_text(session, seq))[0] != ID_HEADER:
+                options.append((ids[0], "ids", ids[1]))
             if self.stubs and seq not in out:
-                options.append((self.stub_text(session, seq), "stub"))
-            for text, form in options:
+                options.append((self.stub_text(session, seq), "stub", None))
+            for text, form, known in options:
                 if text == room.bodies[seq] or out.get(seq, (None,))[0] == text:
                     break  # no better form than the one it has
-                extra = text_message_tokens(session.counter, text) - now
+                extra = (text_message_tokens(session.counter, text) if known is None else known) - now
                 if current + extra <= budget:
                     out[seq] = (text, form)
                     current += extra
