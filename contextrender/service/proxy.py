@@ -685,30 +685,13 @@ async def handle_chat_completions(state: ProxyState, request: Request) -> Respon
     req = parse_chat_request(state, await request.body(), request.headers)
     if isinstance(req, JSONResponse):
         return req
-    release = await state.key_locks.acquire(req.key)
-    handed_off = False
-    try:
-        t0 = time.perf_counter()
-        try:
-            res = await run_in_threadpool(state.service.render, req.key, messages=req.messages, budget=req.budget,
-                                          method=req.method, overrides=req.overrides, on_conflict="fork")
-        except ServiceError as e:
-            return _oai_error(STATUS_OF_KIND[e.kind], e.message)
-        fwd = {**req.body, "messages": forwarded_messages(req.messages, res)}
-        extra = _answer_headers(res, req.budget)
-        _log_render(res, req.budget, time.perf_counter() - t0)
-        payload = json.dumps(fwd, ensure_ascii=False).encode()
-        headers = state.upstream_headers(request)
-        headers["content-type"] = "application/json"
-        if not req.body.get("stream"):
-            return await unless_disconnected(request, _forward(state, res.session, payload, headers, extra))
-        out = await unless_disconnected(request, _forward_stream(state, res.session, payload, headers, extra,
-                                                                 release))
-        handed_off = isinstance(out, _RelayResponse)
-        return out
-    finally:
-        if not handed_off:
-            release()
+
+    def render() -> tuple[RenderResult, dict[str, Any]]:
+        res = state.service.render(req.key, messages=req.messages, budget=req.budget, method=req.method,
+                                   overrides=req.overrides, on_conflict="fork")
+        return res, {**req.body, "messages": forwarded_messages(req.messages, res)}
+
+    return await _relay_rendered(state, request, req.key, req.budget, render, CHAT_API)
 
 
 #: The status logged for a request whose client left before the answer (nginx's "client closed request").
@@ -748,38 +731,116 @@ def _api_url(state: ProxyState, path: str) -> str:
     return url
 
 
-async def _forward(state: ProxyState, sid: str, payload: bytes, headers: dict[str, str],
-                   extra: dict[str, str]) -> Response:
-    """A non-streaming completion: forward, record choice 0's message, answer with the upstream's response."""
+class _Unrecorded(Exception):
+    """An upstream answer the proxy relays but cannot record; the message says why (it is logged)."""
+
+
+@dataclass(frozen=True)
+class _Api:
+    """What differs between the rendered APIs once the conversation is rendered: where the request goes, whose
+    headers and error shape the client speaks, how a streamed answer is assembled and a whole one read."""
+
+    path: str  # below the upstream base URL
+    anthropic: bool | None  # the client's key header (None: by its anthropic-version header)
+    error: Callable[[int, str], JSONResponse]
+    assembler: Callable[[], _Assembler]
+    answer: Callable[[httpx.Response], dict[str, Any]]  # the assistant message to record; raises _Unrecorded
+
+
+def _chat_answer(up: httpx.Response) -> dict[str, Any]:
     try:
-        up = await state.http.post(_api_url(state, "chat/completions"), content=payload, headers=headers, params=state.base_params)
+        msg = dict(up.json()["choices"][0]["message"])
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise _Unrecorded(f"upstream answer has no choices[0].message ({type(e).__name__}); not recorded") from None
+    msg.setdefault("role", "assistant")
+    return msg
+
+
+def _messages_answer(up: httpx.Response) -> dict[str, Any]:
+    try:
+        return anthropic_messages.assistant_message(up.json()["content"])
+    except (ValueError, KeyError, TypeError, ServiceError) as e:
+        raise _Unrecorded(f"upstream answer has no content blocks ({type(e).__name__}); not recorded") from None
+
+
+def _responses_answer(up: httpx.Response) -> dict[str, Any]:
+    try:
+        data = up.json()
+        output = data.get("output") if isinstance(data, dict) else None
+        if isinstance(output, list) and output:
+            return responses_api.assistant_message(output)
+    except (ValueError, ServiceError) as e:  # not JSON, or an item it cannot read (a call without call_id)
+        raise _Unrecorded(f"upstream response not recorded ({type(e).__name__})") from None
+    raise _Unrecorded("upstream response not recorded (no output items)")
+
+
+CHAT_API = _Api("chat/completions", None, _oai_error, StreamAssembler, _chat_answer)
+MESSAGES_API = _Api("messages", True, _anthropic_error, AnthropicStreamAssembler, _messages_answer)
+RESPONSES_API = _Api("responses", False, _oai_error, ResponsesStreamAssembler, _responses_answer)
+
+
+async def _relay_rendered(state: ProxyState, request: Request, key: str, budget: int,
+                          render: Callable[[], tuple[RenderResult, dict[str, Any]]], api: _Api,
+                          params: httpx.QueryParams | None = None) -> Response:
+    """The steps every rendered API shares: under the session's lock, ``render`` (in a worker thread: sync, render,
+    and the body to forward), then forward it and record and relay the answer.
+
+    Requests of one session run one at a time: the lock is held until the answer is recorded (for a stream,
+    until the relay ends, when the relaying response releases it).
+    """
+    release = await state.key_locks.acquire(key)
+    handed_off = False
+    try:
+        t0 = time.perf_counter()
+        try:
+            res, fwd = await run_in_threadpool(render)
+        except ServiceError as e:
+            return api.error(STATUS_OF_KIND[e.kind], e.message)
+        extra = _answer_headers(res, budget)
+        _log_render(res, budget, time.perf_counter() - t0)
+        payload = json.dumps(fwd, ensure_ascii=False).encode()
+        headers = state.upstream_headers(request, anthropic=api.anthropic)
+        headers["content-type"] = "application/json"
+        url = _api_url(state, api.path)
+        params = state.base_params if params is None else params
+        if not fwd.get("stream"):
+            return await unless_disconnected(request, _forward(state, res.session, url, params, payload, headers,
+                                                               extra, api))
+        out = await unless_disconnected(request, _forward_stream(state, res.session, url, params, payload, headers,
+                                                                 extra, release, api.assembler))
+        handed_off = isinstance(out, _RelayResponse)
+        return out
+    finally:
+        if not handed_off:
+            release()
+
+
+async def _forward(state: ProxyState, sid: str, url: str, params: httpx.QueryParams, payload: bytes,
+                   headers: dict[str, str], extra: dict[str, str], api: _Api) -> Response:
+    """A non-streaming answer: forward, record the assistant message it holds, answer with the upstream's response."""
+    try:
+        up = await state.http.post(url, content=payload, headers=headers, params=params)
     except httpx.HTTPError as e:
-        return _unreachable(e)
+        return _unreachable(e, api.error)
     if up.status_code < 400:
         try:
-            data = up.json()
-            msg = dict(data["choices"][0]["message"])
-            msg.setdefault("role", "assistant")
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            log.warning("session %s: upstream answer has no choices[0].message (%s); not recorded",
-                        sid, type(e).__name__)
+            msg = api.answer(up)
+        except _Unrecorded as e:
+            log.warning("session %s: %s", sid, e)
         else:
             await run_in_threadpool(state.record, sid, msg)
     return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
 
 
-async def _forward_stream(state: ProxyState, sid: str, payload: bytes, headers: dict[str, str],
-                          extra: dict[str, str], release: Callable[[], None], *, url: str | None = None,
-                          params: httpx.QueryParams | None = None,
-                          assembler: Callable[[], _Assembler] = StreamAssembler) -> Response:
+async def _forward_stream(state: ProxyState, sid: str, url: str, params: httpx.QueryParams, payload: bytes,
+                          headers: dict[str, str], extra: dict[str, str], release: Callable[[], None],
+                          assembler: Callable[[], _Assembler]) -> Response:
     """A streaming answer: an upstream error comes back whole; a stream is relayed as it arrives
-    (:func:`_relay`), and the response that relays it takes over ``release``. By default a chat
-    completion; ``url``, ``params`` and ``assembler`` make it another API's."""
+    (:func:`_relay`, ``assembler`` putting the answer together for the record), and the response that relays
+    it takes over ``release``."""
     client = state.http
     try:
-        up = await client.send(client.build_request("POST", url or _api_url(state, "chat/completions"), content=payload,
-                                                    headers=headers,
-                                                    params=state.base_params if params is None else params),
+        up = await client.send(client.build_request("POST", url, content=payload, headers=headers, params=params),
                                stream=True)
     except httpx.HTTPError as e:
         return _unreachable(e)
@@ -892,53 +953,15 @@ async def handle_messages(state: ProxyState, request: Request) -> Response:
     req = parse_messages_request(state, await request.body(), request.headers)
     if isinstance(req, JSONResponse):
         return req
-    release = await state.key_locks.acquire(req.key)
-    handed_off = False
-    try:
-        t0 = time.perf_counter()
-        try:
-            res = await run_in_threadpool(state.service.render, req.key, messages=list(req.converted.messages),
-                                          budget=req.budget, method=req.method, overrides=req.overrides,
-                                          on_conflict="fork")
-        except ServiceError as e:
-            return _anthropic_error(STATUS_OF_KIND[e.kind], e.message)
-        fwd = {**req.body, "messages": anthropic_messages.forwarded_messages(req.body["messages"], req.converted, res)}
-        extra = _answer_headers(res, req.budget)
-        _log_render(res, req.budget, time.perf_counter() - t0)
-        payload = json.dumps(fwd, ensure_ascii=False).encode()
-        headers = state.upstream_headers(request, anthropic=True)
-        headers["content-type"] = "application/json"
-        url = _api_url(state, "messages")
-        params = state.base_params.merge(request.query_params)
-        if not req.body.get("stream"):
-            return await unless_disconnected(
-                request, _forward_message(state, res.session, url, params, payload, headers, extra))
-        out = await unless_disconnected(request, _forward_stream(
-            state, res.session, payload, headers, extra, release, url=url, params=params,
-            assembler=AnthropicStreamAssembler))
-        handed_off = isinstance(out, _RelayResponse)
-        return out
-    finally:
-        if not handed_off:
-            release()
 
+    def render() -> tuple[RenderResult, dict[str, Any]]:
+        res = state.service.render(req.key, messages=list(req.converted.messages), budget=req.budget,
+                                   method=req.method, overrides=req.overrides, on_conflict="fork")
+        return res, {**req.body, "messages": anthropic_messages.forwarded_messages(req.body["messages"],
+                                                                                  req.converted, res)}
 
-async def _forward_message(state: ProxyState, sid: str, url: str, params: httpx.QueryParams, payload: bytes,
-                           headers: dict[str, str], extra: dict[str, str]) -> Response:
-    """A non-streaming Messages API call: forward, record the answer's content, answer with the upstream's."""
-    try:
-        up = await state.http.post(url, content=payload, headers=headers, params=params)
-    except httpx.HTTPError as e:
-        return _unreachable(e, _anthropic_error)
-    if up.status_code < 400:
-        try:
-            msg = anthropic_messages.assistant_message(up.json()["content"])
-        except (ValueError, KeyError, TypeError, ServiceError) as e:
-            log.warning("session %s: upstream answer has no content blocks (%s); not recorded", sid,
-                        type(e).__name__)
-        else:
-            await run_in_threadpool(state.record, sid, msg)
-    return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
+    return await _relay_rendered(state, request, req.key, req.budget, render, MESSAGES_API,
+                                 state.base_params.merge(request.query_params))
 
 
 # -- one Responses API request (OpenAI) ---------------------------------------------------
@@ -1041,62 +1064,14 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
     req = parse_responses_request(state, raw, request.headers)
     if isinstance(req, JSONResponse):
         return req
-    release = await state.key_locks.acquire(req.key)
-    handed_off = False
-    try:
-        t0 = time.perf_counter()
-        try:
-            converted, res = await run_in_threadpool(_render_responses, state, req)
-        except ServiceError as e:
-            return _oai_error(STATUS_OF_KIND[e.kind], e.message)
-        fwd = {**req.body, "input": responses_api.forwarded_input(req.body["input"], converted, res)}
-        extra = _answer_headers(res, req.budget)
-        _log_render(res, req.budget, time.perf_counter() - t0)
-        payload = json.dumps(fwd, ensure_ascii=False).encode()
-        headers = state.upstream_headers(request, anthropic=False)
-        headers["content-type"] = "application/json"
-        if not req.body.get("stream"):
-            return await unless_disconnected(request, _forward_response(state, res.session, payload, headers, extra))
-        out = await unless_disconnected(request, _forward_stream(
-            state, res.session, payload, headers, extra, release, url=_api_url(state, "responses"),
-            assembler=ResponsesStreamAssembler))
-        handed_off = isinstance(out, _RelayResponse)
-        return out
-    finally:
-        if not handed_off:
-            release()
 
+    def render() -> tuple[RenderResult, dict[str, Any]]:
+        converted = req.conversation(state.service)  # under the session's lock: it may read the stored answers
+        res = state.service.render(req.key, messages=list(converted.messages), budget=req.budget,
+                                   method=req.method, overrides=req.overrides, on_conflict="fork")
+        return res, {**req.body, "input": responses_api.forwarded_input(req.body["input"], converted, res)}
 
-def _render_responses(state: ProxyState, req: ResponsesRequest) -> tuple[responses_api.Converted, RenderResult]:
-    """Convert (:meth:`ResponsesRequest.conversation`), sync and render; the caller holds the session's lock."""
-    converted = req.conversation(state.service)
-    res = state.service.render(req.key, messages=list(converted.messages), budget=req.budget, method=req.method,
-                               overrides=req.overrides, on_conflict="fork")
-    return converted, res
-
-
-async def _forward_response(state: ProxyState, sid: str, payload: bytes, headers: dict[str, str],
-                            extra: dict[str, str]) -> Response:
-    """A non-streaming Responses API call: forward, record the response's output, answer with the upstream's."""
-    try:
-        up = await state.http.post(_api_url(state, "responses"), content=payload, headers=headers, params=state.base_params)
-    except httpx.HTTPError as e:
-        return _unreachable(e)
-    if up.status_code < 400:
-        msg: dict[str, Any] | None = None
-        try:
-            data = up.json()
-            output = data.get("output") if isinstance(data, dict) else None
-            why = "no output items"
-            if isinstance(output, list) and output:
-                msg = responses_api.assistant_message(output)
-        except (ValueError, ServiceError) as e:  # not JSON, or an item it cannot read (a call without call_id)
-            why = type(e).__name__
-        if msg is None:
-            log.warning("session %s: upstream response not recorded (%s)", sid, why)
-        else:
-            await run_in_threadpool(state.record, sid, msg)
-    return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
+    return await _relay_rendered(state, request, req.key, req.budget, render, RESPONSES_API)
 
 
 async def _responses_unmanaged(state: ProxyState, request: Request, raw: bytes, body: dict[str, Any],
