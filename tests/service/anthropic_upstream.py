@@ -13,7 +13,6 @@ system prompt and the latest user message.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
@@ -21,9 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from contextrender import TokenCounter
+
+from .conftest import sse_response
 
 PAD = " ".join(f"w{i}" for i in range(120))  # ~240 tokens of filler per tool result
 _REC = re.compile(r"REC_[A-Za-z0-9_]+")
@@ -245,13 +246,7 @@ class ScriptedAnthropic:
                 return JSONResponse(message, headers=headers)
             chunks = sse_events(message)
             rec["sent"] = b"".join(chunks)
-
-            async def gen() -> Any:
-                for c in chunks:
-                    yield c
-                    await asyncio.sleep(0)
-
-            return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
+            return sse_response(chunks, headers)
 
         @app.post("/v1/messages/count_tokens")
         async def count_tokens(request: Request) -> Any:

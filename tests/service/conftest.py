@@ -112,6 +112,17 @@ def sse_chunks(msg: dict[str, Any], cid: str, include_usage: bool) -> list[bytes
     return out
 
 
+def sse_response(chunks: list[bytes], headers: dict[str, str] | None = None) -> StreamingResponse:
+    """The scripted upstreams' streamed answer: ``chunks`` sent as they are, yielding to the loop between them."""
+
+    async def gen() -> Any:
+        for c in chunks:
+            yield c
+            await asyncio.sleep(0)
+
+    return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
+
+
 class FakeUpstream:
     """An OpenAI-compatible server that records what it receives."""
 
@@ -147,13 +158,7 @@ class FakeUpstream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             chunks = self.stream_override or sse_chunks(msg, f"cmpl-{n}", include_usage)
             rec["sent"] = b"".join(chunks)
-
-            async def gen() -> Any:
-                for c in chunks:
-                    yield c
-                    await asyncio.sleep(0)
-
-            return StreamingResponse(gen(), media_type="text/event-stream", headers={"x-request-id": f"req-{n}"})
+            return sse_response(chunks, {"x-request-id": f"req-{n}"})
 
         @app.get("/v1/models")
         async def models(request: Request) -> Any:

@@ -10,7 +10,6 @@ The measuring helpers read items on their own (they do not use the module under 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
@@ -19,9 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from contextrender import TokenCounter
+
+from .conftest import sse_response
 
 PAD = " ".join(f"w{i}" for i in range(120))  # ~240 tokens of filler per tool result
 _NEXT = re.compile(r"next=(REC_[A-Za-z0-9_]+)")
@@ -180,13 +181,7 @@ class ScriptedResponsesUpstream:
                 return JSONResponse(data, headers={"x-request-id": f"req-{n}"})
             chunks = sse_bytes(self.events(body, rid, output))
             rec["sent"] = b"".join(chunks)
-
-            async def gen() -> Any:
-                for c in chunks:
-                    yield c
-                    await asyncio.sleep(0)
-
-            return StreamingResponse(gen(), media_type="text/event-stream", headers={"x-request-id": f"req-{n}"})
+            return sse_response(chunks, {"x-request-id": f"req-{n}"})
 
         @app.get("/v1/models")
         async def models() -> Any:

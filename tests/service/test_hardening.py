@@ -503,16 +503,7 @@ def test_every_command_and_wrap_name_a_missing_extra(tmp_path):
 
 def test_explain_and_view_use_the_embedder_the_session_was_rendered_with(tmp_path, capsys):
     path = tmp_path / "g.sqlite"
-    svc = ContextService(str(path), embedder=HashingEmbedder(dim=48), warm=False)
-    try:
-        msgs: list[dict[str, Any]] = [{"role": "user", "content": "audit"}]
-        for i in range(8):
-            msgs += [{"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": f"c{i}", "content": f"REC_{i} " + "pad " * 80}]
-        svc.render("s1", messages=msgs, budget=400)  # over budget: the results are embedded and stored
-    finally:
-        svc.close()
+    _rendered_graph(path, HashingEmbedder(dim=48))  # over budget: the results are embedded and stored
     assert main(["explain", "s1", "--graph", str(path), "--budget", "400"]) == 0
     assert "embedder hashing-48" in capsys.readouterr().err
     with ContextGraph.snapshot(path) as g:
