@@ -44,6 +44,7 @@ from contextrender.analysis.tables import (  # noqa: E402
     CR,
     METRIC_LABELS,
     Table,
+    billing_note,
     build_with_notes,
     is_offline,
     load_recall,
@@ -56,6 +57,9 @@ from contextrender.analysis.tables import (  # noqa: E402
 from contextrender.experiments import catalogue  # noqa: E402
 from contextrender.experiments.evaluation.measures import MeasureStats  # noqa: E402
 from contextrender.experiments.records.schema import is_retryable  # noqa: E402
+
+#: the billing profiles the peers table shows (docs/method.md §14)
+BILLED_SHOWN = ("anthropic", "openai")
 
 STEM = "table_peers"
 FIGURE = "fig_peers"
@@ -149,6 +153,7 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
         r.update({"n": s["n"], "metric": s["metric"], "perf": s["perf"], "normalised_cost": s["normalised_cost"],
                   "mean_cost_usd": s["mean_cost_usd"], "rho": s["rho"], "T": s["T"],
                   "rereads_per_task": s.get("rereads_per_task", math.nan),
+                  **{f"{k}_{p}": _nan(s.get(f"{k}_{p}")) for k in ("billed", "hit") for p in BILLED_SHOWN},
                   "synthetic": bool(s["synthetic"]), "note": s["note"]})
         stats, n_meas = measured.get((s["model"], s["benchmark"], int(s["budget"]), s["method"]), (MeasureStats(), 0))
         ms = stats.summary() if n_meas else {}
@@ -171,12 +176,18 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
                 r[f"replay_{key}"] = _nan(ms.get(key))
             for b in AGE_BINS:
                 r[f"replay_identifier_survival_{b}"] = _nan((ms.get("identifier_survival_by_age") or {}).get(b))
+            bill = ((rep.get("billing") or {}).get("methods") or {}).get(method) or {}
+            for p in BILLED_SHOWN:
+                r[f"replay_billed_{p}"] = _nan((bill.get(p) or {}).get("vs_full"))
+                share = (bill.get(p) or {}).get("cache_hit_share")
+                r[f"replay_hit_{p}"] = _nan(None if share is None else 100.0 * share)
             r["replay_traces"] = rep.get("traces")
             r["replay_events"] = rep.get("events")
             for b in AGE_BINS:
                 r[f"replay_events_{b}"] = (rep.get("events_by_age") or {}).get(b)
     cols = ["model", "benchmark", "budget", "method", "label", "kind", "n", "metric", "perf", "normalised_cost",
-            "mean_cost_usd", "rho", "T", "rereads_per_task", "call_readiness", "trace_readiness", "recall",
+            "mean_cost_usd", "rho", "T", "rereads_per_task",
+            *(f"{k}_{p}" for k in ("billed", "hit", "replay_billed", "replay_hit") for p in BILLED_SHOWN), "call_readiness", "trace_readiness", "recall",
             *[f"recall_{b}" for b in AGE_BINS],
             *[f"replay_{k}" for k in MEASURE_KEYS[:1]], *[f"replay_identifier_survival_{b}" for b in AGE_BINS],
             *[f"replay_{k}" for k in MEASURE_KEYS[1:]], "replay_traces", "replay_events",
@@ -200,7 +211,13 @@ def peers_frame(summary: pd.DataFrame, df: pd.DataFrame, replays: Sequence[Mappi
 def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), stem: str = STEM) -> Table:
     cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
             ("label", "method", "s"), ("n", "n", "d"), ("perf", "score", ".1f"),
-            ("normalised_cost", "norm. cost", ".3f")]
+            ("normalised_cost", "norm. cost (Eq. 3)", ".3f")]
+    billed = [k for k in ("billed", "replay_billed") if not frame.empty
+              and frame[[f"{k}_{p}" for p in BILLED_SHOWN]].notna().any().any()]
+    for k in billed:
+        where = "run" if k == "billed" else "replay"
+        cols += [(f"{k}_{p}", f"billed ×Full {p} ({where})", ".3f") for p in BILLED_SHOWN]
+        cols += [(f"{k.replace('billed', 'hit')}_{p}", f"cache hits % {p} ({where})", ".0f") for p in BILLED_SHOWN]
     if not frame.empty and frame["rereads_per_task"].notna().any():
         cols.append(("rereads_per_task", "re-reads/task", ".2f"))
     cols += [("call_readiness", "call ready", ".1f"), ("trace_readiness", "trace ready", ".1f"),
@@ -212,7 +229,8 @@ def peers_table(frame: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = (), 
              ("run_rereads_per_100_calls", "run re-reads /100 calls", ".1f"),
              ("run_prefix_retention", "prefix ret. (run)", ".1f"),
              ("replay_prefix_retention", "prefix ret. (replay)", ".1f")]
-    notes = setting_notes(frame)
+    notes = setting_notes(frame) + ([billing_note() + " (replay): the same bill for the replay's renders of the "
+                                     "recorded traces, Full replayed beside them."] if billed else [])
     notes.append("Ours: ContextRender (the method this harness implements, docs/method.md §4–5), marked (ours). Peers are "
                  "labelled with their upstream project (conf/catalogue.yaml kind: peer; baselines/peers/); full and "
                  "prune are the paper's baselines. Every method runs under the same B, budget scope, token counter, "

@@ -109,7 +109,7 @@ def fig4(summary: pd.DataFrame, out: str | Path, stem: str = "fig4") -> list[Pat
     groups = list(summary.groupby(["model", "benchmark", "budget"], sort=True))
     methods = sorted(summary["method"].unique(), key=method_sort_key)
     fig, axes = _grid(len(groups))
-    any_paper = False
+    any_paper = any_billed = False
     for ax, ((model, bench, budget), g) in zip(axes, groups, strict=True):
         g = g.sort_values("method", key=lambda s: s.map(method_sort_key))
         ax.set_title(_panel_title(model, bench, int(budget), bool(g["offline"].any()), bool(g["synthetic"].any())),
@@ -136,12 +136,22 @@ def fig4(summary: pd.DataFrame, out: str | Path, stem: str = "fig4") -> list[Pat
                 if big:
                     ax.annotate("ContextRender", (r["normalised_cost"], r["perf"]), xytext=(8, 6),
                                 textcoords="offset points", fontsize=8, color=CR_COLOR, fontweight="bold")
+                billed = r.get("billed_anthropic")
+                if _ok(billed):  # docs/method.md §14: where the same point lands as the provider bills it
+                    any_billed = True
+                    ax.annotate("", xy=(billed, r["perf"]), xytext=(r["normalised_cost"], r["perf"]),
+                                arrowprops={"arrowstyle": "->", "color": c, "lw": 1.0, "alpha": 0.8}, zorder=1)
+                    ax.scatter(billed, r["perf"], s=size * 0.5, marker=mk, facecolors="white", edgecolors=c,
+                               linewidths=1.0, zorder=z - 0.5)
             if _ok(r.get("paper_normalised_cost")) and _ok(r.get("paper_perf")):
                 any_paper = True
                 ax.scatter(r["paper_normalised_cost"], r["paper_perf"], s=size, marker=mk, facecolors="none",
                            edgecolors=c, linewidths=1.4, zorder=2)
         ax.margins(x=0.15, y=0.15)
-    fig.suptitle("Figure 4 analogue: performance vs normalised cost" + _setting_tag(summary), fontsize=12)
+    title = "Figure 4 analogue: performance vs normalised cost (Eq. 3)"
+    if any_billed:
+        title += "; arrows: to the cost billed under anthropic prices (each request's own cached prefix)"
+    fig.suptitle(title + _setting_tag(summary), fontsize=12 if not any_billed else 10)
     _legend(fig, methods, any_paper, ncol=6)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return _save(fig, Path(out), stem)

@@ -36,9 +36,12 @@ from typing import Any
 
 import pandas as pd
 
+from contextrender.billing import PROFILE_MODELS, Prices, PricesUnavailable, prices
 from contextrender.experiments import catalogue
 from contextrender.experiments.records.cost import (
+    billed_cost,
     cache_fraction,
+    cache_hit_share,
     comparison_set,
     mean_cost,
     normalised_cost,
@@ -128,6 +131,8 @@ class GroupInfo:
     rho: float | None
     T: set[str] = field(default_factory=set)
     full_mean: float | None = None
+    #: per billing profile: Full's mean billed cost over T (docs/method.md §14); None where it cannot be billed
+    full_billed: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def has_full(self) -> bool:
@@ -157,7 +162,51 @@ def group_info(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int
             info.rho = cache_fraction(full)
             info.T = comparison_set(full)
             info.full_mean = mean_cost(full, info.T, info.rho)
+            info.full_billed = {p: mean_billed(full, info.T, p) for p in BILLED}
         out[(model, bench, budget)] = info
+    return out
+
+
+# -- billed cost (docs/method.md §14) ------------------------------------------------------------
+
+#: The billing profiles every table shows, each at its profile's default model's prices from litellm's cost map.
+BILLED = tuple(PROFILE_MODELS)
+
+
+def billing_prices(profile: str) -> Prices | None:
+    """The prices a profile is billed at (its default model, from the cost map); None when unavailable."""
+    try:
+        return prices(PROFILE_MODELS[profile])
+    except PricesUnavailable as exc:
+        if profile not in _WARNED:
+            _WARNED.add(profile)
+            print(f"warning: {exc}; billed cost under {profile!r} left blank", file=sys.stderr)
+        return None
+
+
+_WARNED: set[str] = set()
+
+
+def mean_billed(records: Iterable[Mapping[str, Any]], tasks: set[str], profile: str) -> float | None:
+    """Mean US$ over the records whose task is in T, each request billed from its own cached prefix under
+    ``profile``; None when T is empty or a record in it cannot be billed (written before schema 5)."""
+    p = billing_prices(profile)
+    costs = [billed_cost(r, profile, p) for r in records if r["task"] in tasks] if p is not None else []
+    if not costs or any(c is None for c in costs):
+        return None
+    return float(sum(costs)) / len(costs)
+
+
+def _billed_columns(recs: Sequence[Mapping[str, Any]], info: GroupInfo) -> dict[str, Any]:
+    """``billed_usd_<p>`` (mean over T), ``billed_<p>`` (×Full's, a ratio of means) and ``hit_<p>`` (the cache-hit
+    share of the agent's prompt tokens, %, over all the cell's records) per profile."""
+    out: dict[str, Any] = {}
+    for p in BILLED:
+        mean = mean_billed(recs, info.T, p) if info.T else None
+        share = cache_hit_share(recs, p)
+        out[f"billed_usd_{p}"] = mean
+        out[f"billed_{p}"] = normalised_cost(mean, info.full_billed.get(p))
+        out[f"hit_{p}"] = None if share is None else 100.0 * share
     return out
 
 
@@ -243,6 +292,13 @@ def _rereads(records: Sequence[Mapping[str, Any]]) -> float:
     return float(sum(counts)) / len(counts) if counts else math.nan
 
 
+def _expansions(records: Sequence[Mapping[str, Any]]) -> float:
+    """Mean expand calls per task the offline oracle made (its ``expand`` mode, docs/method.md §16); NaN when the
+    records do not say."""
+    counts = [r["extra"]["oracle_expansions"] for r in records if "oracle_expansions" in (r.get("extra") or {})]
+    return float(sum(counts)) / len(counts) if counts else math.nan
+
+
 def summarise(df: pd.DataFrame, groups: Mapping[tuple[str, str, int], GroupInfo]) -> pd.DataFrame:
     """One row per (model, benchmark, budget, method) with our and the paper's numbers."""
     paper = _paper_cells()
@@ -268,6 +324,8 @@ def summarise(df: pd.DataFrame, groups: Mapping[tuple[str, str, int], GroupInfo]
             "paper_normalised_cost": paper.get((model, bench, method, int(budget), "normalized_cost")),
             "offline": is_offline(model), "synthetic": bool(g["synthetic"].any()),
             "rereads_per_task": _rereads(recs),
+            "expansions_per_task": _expansions(recs),
+            **_billed_columns(recs, info),
             "note": info.note,
         }
         rows.append(row)
@@ -455,6 +513,34 @@ def _cost_notes() -> list[str]:
             "normalised cost = mean_m / mean_Full (ratio of means)."]
 
 
+def _has_billed(summary: pd.DataFrame) -> bool:
+    return not summary.empty and any(c in summary and summary[c].notna().any() for c in
+                                     (f"billed_{p}" for p in BILLED))
+
+
+def billed_columns(summary: pd.DataFrame, hits: bool = True) -> list[tuple[str, str, str]]:
+    """The display columns of billed cost (×Full per profile) and, with ``hits``, each profile's cache-hit share;
+    none for records that cannot be billed (written before schema 5)."""
+    if not _has_billed(summary):
+        return []
+    cols = [(f"billed_{p}", f"billed ×Full {p}", ".3f") for p in BILLED]
+    if hits:
+        cols += [(f"hit_{p}", f"cache hits % {p}", ".0f") for p in BILLED if p != "none"]
+    return cols
+
+
+def billing_note() -> str:
+    """Said next to every billed figure: what it is and why it differs from Eq. 3."""
+    models = ", ".join(f"{p}: {m}" for p, m in PROFILE_MODELS.items() if p != "none")
+    return ("Billed ×Full (docs/method.md §14): each request billed as the provider would, from its own cached prefix "
+            "— anthropic reads a cached prefix at 0.1× and writes it at 1.25× at breakpoints, openai caches "
+            "automatically from 1,024 tokens in 128-token steps, none caches nothing — at the prices litellm's model "
+            f"cost map gives ({models}); mean over T as a ratio of Full's. Cache hits: cached reads / prompt tokens of "
+            "the agent's requests. This is the figure to believe for money: Eq. 3 (the paper's model, the norm. cost "
+            "column) credits every method with Full's cache share ρ, so a method that re-renders the prefix at each "
+            "call looks cheaper there than it is billed.")
+
+
 def _metric_note(summary: pd.DataFrame) -> str:
     if summary.empty:
         return ""
@@ -467,7 +553,7 @@ def main_table(summary: pd.DataFrame, stem: str = "table_main") -> Table:
     cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
             ("method", "method", "s"), ("n", "n", "d"), ("perf", "perf", ".1f"), ("paper_perf", "paper perf", ".1f"),
             ("mean_cost_usd", "mean cost $ (T)", "usd"), ("paper_mean_cost_usd", "paper mean cost $", "usd"),
-            ("normalised_cost", "norm. cost", ".3f"), ("paper_normalised_cost", "paper norm. cost", ".3f"),
+            ("normalised_cost", "norm. cost (Eq. 3)", ".3f"), ("paper_normalised_cost", "paper norm. cost", ".3f"),
             ("ok", "ok", "d"), ("error", "error", "d"), ("step_limit", "step limit", "d"),
             ("cost_limit", "cost limit", "d"), ("T", "|T|", "d"), ("exceed_share_pct", "% tasks > B", ".1f"),
             ("rho", "ρ", ".3f")]
@@ -475,7 +561,11 @@ def main_table(summary: pd.DataFrame, stem: str = "table_main") -> Table:
         cols.append(("retry", "infra errors to retry", "d"))
     if _has_rereads(summary):
         cols.insert(11, ("rereads_per_task", "re-reads/task", ".2f"))
-    notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + [
+    billed = billed_columns(summary)
+    at = [c[0] for c in cols].index("ok")
+    cols[at:at] = billed
+    notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + (
+        [billing_note()] if billed else []) + [
         "Paper columns: the paper's Tables 6–8 where it reports the same (model, benchmark, method, B); "
         "blank (–) otherwise."]
     cov = summary[summary["T"].notna() & (summary["n_T_covered"] < summary["T"])] if not summary.empty else summary
@@ -507,15 +597,20 @@ def table1(summary: pd.DataFrame, stem: str = "table1") -> Table:
                 "cost_cr_usd": cr["mean_cost_usd"], "cost_m_usd": m["mean_cost_usd"],
                 "rel_cost_pct": pct(cr["mean_cost_usd"], m["mean_cost_usd"]),
                 "paper_rel_cost_pct": pct(cr["paper_mean_cost_usd"], m["paper_mean_cost_usd"]),
+                **{f"rel_billed_{p}_pct": pct(cr.get(f"billed_usd_{p}"), m.get(f"billed_usd_{p}")) for p in BILLED},
                 "offline": m["offline"], "synthetic": bool(cr["synthetic"] or m["synthetic"]), "note": m["note"],
             })
     data = pd.DataFrame(rows, columns=["model", "benchmark", "budget", "method", "metric", "perf_cr", "perf_m",
                                        "rel_perf_pct", "paper_rel_perf_pct", "cost_cr_usd", "cost_m_usd",
-                                       "rel_cost_pct", "paper_rel_cost_pct", "offline", "synthetic", "note"])
+                                       "rel_cost_pct", "paper_rel_cost_pct",
+                                       *(f"rel_billed_{p}_pct" for p in BILLED), "offline", "synthetic", "note"])
     cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
             ("method", "vs method", "s"), ("perf_cr", "CR perf", ".1f"), ("perf_m", "method perf", ".1f"),
             ("rel_perf_pct", "Δ perf", "+pct"), ("paper_rel_perf_pct", "paper Δ perf", "+pct"),
-            ("rel_cost_pct", "Δ mean cost", "+pct"), ("paper_rel_cost_pct", "paper Δ mean cost", "+pct")]
+            ("rel_cost_pct", "Δ mean cost (Eq. 3)", "+pct"), ("paper_rel_cost_pct", "paper Δ mean cost", "+pct")]
+    billed = _has_billed(summary)
+    if billed:
+        cols += [(f"rel_billed_{p}_pct", f"Δ billed {p}", "+pct") for p in BILLED if p != "none"]
     notes = setting_notes(summary)
     missing_cr = [f"{k[0]} × {k[1]} B={k[2]}" for k, g in summary.groupby(GROUP, sort=False)
                   if not (g["method"] == CR).any()] if not summary.empty else []
@@ -525,7 +620,8 @@ def table1(summary: pd.DataFrame, stem: str = "table1") -> Table:
     notes += ["Δ = (CR − m)/m ×100%, for performance and for mean cost over T (negative Δ cost: CR is cheaper).",
               "Paper Δ derived from the paper's Tables 6–8 cells (performance, mean cost) of the same "
               "(model, benchmark, method, B); blank (–) where the paper has no such cell.",
-              _metric_note(summary)] + _cost_notes()
+              _metric_note(summary)] + _cost_notes() + (
+        ["Δ billed: the same relative change of the mean billed cost over T. " + billing_note()] if billed else [])
     title = "Table 1 analogue: relative change of ContextRender vs each method" + _title_tag(summary)
     return Table(stem, title, data, cols, [n for n in notes if n])
 
@@ -580,7 +676,9 @@ def ablation_table(summary: pd.DataFrame, recall: Mapping[str, Any] | Sequence[M
     abl = summary[summary["method"].isin(ABLATION_METHODS)].copy() if not summary.empty else summary.copy()
     cols = [("model", "model", "s"), ("benchmark", "benchmark", "s"), ("budget", "B", "d"),
             ("method", "method", "s"), ("n", "n", "d"), ("perf", "perf", ".1f"), ("paper_perf", "paper perf", ".1f")]
-    notes = setting_notes(abl)
+    billed = billed_columns(abl)
+    cols += billed
+    notes = setting_notes(abl) + ([billing_note()] if billed else [])
     t2 = _paper_table2()
 
     if not abl.empty:  # Table 2's performance column (Tables 6–8 do not carry the cr_* ablations)
@@ -686,6 +784,8 @@ def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:
                 row[f"n_B{b}"] = int(r["n"].iloc[0]) if len(r) else None
                 row[f"paper_perf_B{b}"] = r["paper_perf"].iloc[0] if len(r) else None
                 row[f"rereads_B{b}"] = r["rereads_per_task"].iloc[0] if len(r) and "rereads_per_task" in r else None
+                for p in BILLED:
+                    row[f"billed_{p}_B{b}"] = r[f"billed_{p}"].iloc[0] if len(r) and f"billed_{p}" in r else None
             rows.append(row)
     data = pd.DataFrame(rows)
     if not data.empty:
@@ -701,10 +801,13 @@ def sweep_table(summary: pd.DataFrame, stem: str = "table_sweep") -> Table:
         if f"paper_perf_B{b}" in data.columns:
             cols.append((f"paper_perf_B{b}", f"paper perf B={b}", ".1f"))
         cols.append((f"normalised_cost_B{b}", f"norm. cost B={b}", ".3f"))
+        if _has_billed(summary):
+            cols += [(f"billed_{p}_B{b}", f"billed ×Full {p} B={b}", ".3f") for p in BILLED if p != "none"]
         if _has_rereads(summary):
             cols.append((f"rereads_B{b}", f"re-reads/task B={b}", ".2f"))
     notes = setting_notes(summary) + _group_notes(summary) + [_metric_note(summary)] + _cost_notes() + [
-        "Normalised cost at each B uses ρ and T of the Full records at that B."]
+        "Normalised cost at each B uses ρ and T of the Full records at that B."] + (
+        [billing_note()] if _has_billed(summary) else [])
     title = "Budget sweep (Figure 5 analogue): performance and normalised cost vs B" + _title_tag(summary)
     return Table(stem, title, data, cols, [n for n in notes if n])
 

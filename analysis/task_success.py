@@ -38,6 +38,7 @@ from contextrender.analysis.tables import (  # noqa: E402
     REREAD_NOTE,
     Table,
     _cost_notes,
+    billing_note,
     build_with_notes,
     load_recall,
     method_sort_key,
@@ -52,6 +53,8 @@ FIGURE = "fig_task_success"
 PLUS = "contextrender_plus"
 PRUNE = "prune"
 MODES = {"oracle": "strict", "oracle_reread": "reread"}
+#: the billing profiles this table shows (docs/method.md §14)
+BILLED_SHOWN = ("anthropic", "openai")
 #: how far above Prune's normalised cost the plus may be and still count as "as cheap"
 COST_SLACK = 0.05
 
@@ -73,6 +76,9 @@ def success_frame(summary: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = 
         r[f"n_{mode}"] = s["n"]
         r[f"pass_{mode}"] = s["perf"]
         r[f"cost_{mode}"] = s["normalised_cost"]
+        for prof in BILLED_SHOWN:
+            r[f"billed_{prof}_{mode}"] = s.get(f"billed_{prof}", math.nan)
+            r[f"hit_{prof}_{mode}"] = s.get(f"hit_{prof}", math.nan)
         if mode == "reread":
             r["rereads_per_task"] = s.get("rereads_per_task", math.nan)
     for rep in replays:
@@ -84,8 +90,9 @@ def success_frame(summary: pd.DataFrame, replays: Sequence[Mapping[str, Any]] = 
             rows[k].update({"call_readiness": m.get("call_readiness"), "trace_readiness": m.get("trace_readiness"),
                             "recall": m.get("recall")})
     cols = ["benchmark", "budget", "method", "metric", "n_strict", "pass_strict", "n_reread", "pass_reread",
-            "rereads_per_task", "cost_strict", "cost_reread", "call_readiness", "trace_readiness", "recall",
-            "offline", "synthetic"]
+            "rereads_per_task", "cost_strict", "cost_reread",
+            *(f"{k}_{prof}_{mode}" for k in ("billed", "hit") for prof in BILLED_SHOWN for mode in MODES.values()),
+            "call_readiness", "trace_readiness", "recall", "offline", "synthetic"]
     out = pd.DataFrame(list(rows.values()))
     for c in cols:
         if c not in out.columns:
@@ -123,24 +130,47 @@ def verdict_frame(frame: pd.DataFrame) -> pd.DataFrame:
                 "plus_cost_within": bool(_ok(plus[f"cost_{mode}"]) and _ok(p_cost)
                                          and plus[f"cost_{mode}"] <= p_cost + COST_SLACK),
                 "plus_rereads_per_task": plus["rereads_per_task"] if mode == "reread" else math.nan,
+                **_billed_verdict(plus, others, mode),
                 "offline": True, "synthetic": bool(plus["synthetic"]),
             })
     return pd.DataFrame(rows)
+
+
+def _billed_verdict(plus: Mapping[str, Any], others: pd.DataFrame, mode: str) -> dict[str, Any]:
+    """Per profile: the plus's billed ×Full, the cheapest other budgeted method's, and whether the plus is billed
+    at most both (docs/method.md §14)."""
+    out: dict[str, Any] = {}
+    for prof in BILLED_SHOWN:
+        col = f"billed_{prof}_{mode}"
+        mine = plus.get(col, math.nan)
+        theirs = others[col].dropna() if col in others else pd.Series(dtype=float)
+        cheapest = float(theirs.min()) if len(theirs) else math.nan
+        out[f"plus_billed_{prof}"] = mine
+        out[f"cheapest_other_billed_{prof}"] = cheapest
+        out[f"plus_billed_cheapest_{prof}"] = bool(_ok(mine) and mine <= 1.0 + 1e-9
+                                                   and (not _ok(cheapest) or mine <= cheapest + 1e-9))
+    return out
 
 
 def success_table(frame: pd.DataFrame, stem: str = STEM) -> Table:
     cols = [("benchmark", "benchmark", "s"), ("budget", "B", "d"), ("method", "method", "s"),
             ("pass_strict", "pass strict", ".1f"), ("pass_reread", "pass reread", ".1f"),
             ("rereads_per_task", "re-reads/task", ".2f"), ("cost_strict", "norm. cost strict", ".3f"),
-            ("cost_reread", "norm. cost reread", ".3f"), ("call_readiness", "call ready", ".1f"),
-            ("trace_readiness", "trace ready", ".1f"), ("recall", "recall", ".1f")]
+            ("cost_reread", "norm. cost reread", ".3f")]
+    billed = not frame.empty and bool(frame[[f"billed_{p}_strict" for p in BILLED_SHOWN]].notna().any().any())
+    if billed:
+        cols += [(f"billed_{p}_{mode}", f"billed ×Full {p} {mode}", ".3f") for p in BILLED_SHOWN
+                 for mode in ("strict", "reread")]
+        cols += [(f"hit_{p}_strict", f"cache hits % {p}", ".0f") for p in BILLED_SHOWN]
+    cols += [("call_readiness", "call ready", ".1f"), ("trace_readiness", "trace ready", ".1f"),
+             ("recall", "recall", ".1f")]
     notes = setting_notes(frame.assign(model="oracle")) + [REREAD_NOTE]
     if not frame.empty:
         pairs = sorted({(b, m) for b, m in zip(frame["benchmark"], frame["metric"], strict=True)
                         if isinstance(m, str) and m})
         notes.append("pass = mean primary metric ×100 over all tasks (failures score 0): " + ", ".join(
             f"{b}: {METRIC_LABELS.get(m, m)}" for b, m in pairs) + ".")
-    notes += _cost_notes() + [
+    notes += _cost_notes() + ([billing_note()] if billed else []) + [
         READINESS_NOTE + " From one replay of each benchmark's Full-history traces per B, every method on the "
         "same recorded calls.",
         "recall: Later-Used Result Recall (docs/method.md §7) from the same replays. " + RECALL_CAVEAT,
@@ -156,6 +186,12 @@ def verdict_table(verdict: pd.DataFrame, stem: str = VERDICT) -> Table:
             ("best_other_pass", "its pass", ".1f"), ("prune_pass", "prune pass", ".1f"),
             ("plus_cost", "plus norm. cost", ".3f"), ("prune_cost", "prune norm. cost", ".3f"),
             ("plus_rereads_per_task", "plus re-reads/task", ".2f")]
+    billed = not verdict.empty and "plus_billed_anthropic" in verdict and verdict["plus_billed_anthropic"].notna().any()
+    if billed:
+        cols += [c for p in BILLED_SHOWN for c in (
+            (f"plus_billed_{p}", f"plus billed ×Full {p}", ".3f"),
+            (f"cheapest_other_billed_{p}", f"cheapest other {p}", ".3f"),
+            (f"plus_billed_cheapest_{p}", f"plus ≤ Full and others {p}", "s"))]
     run = verdict[verdict["methods_compared"] > 0] if not verdict.empty else verdict
     met = int(run["plus_at_least_every_other"].sum()) if not run.empty else 0
     priced = run[run["prune_cost"].notna()] if not run.empty else run
@@ -173,6 +209,12 @@ def verdict_table(verdict: pd.DataFrame, stem: str = VERDICT) -> Table:
              "is not a competitor.",
              "§ contextrender_plus is ours, not the paper's method (docs/method.md, \"Beyond the paper\").",
              REREAD_NOTE]
+    if billed:
+        for p in BILLED_SHOWN:
+            ok = int(run[f"plus_billed_cheapest_{p}"].sum()) if not run.empty else 0
+            notes.append(f"Billed under {p}: the plus costs no more than Full and every other budgeted method in {ok} "
+                         f"of the {n} cells.")
+        notes.append(billing_note())
     misses = verdict[~verdict["plus_at_least_every_other"]] if not verdict.empty else verdict
     for _, r in misses.iterrows():
         notes.append(f"{r['benchmark']} B={r['budget']} {r['mode']}: {r['best_other']} passes "

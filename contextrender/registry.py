@@ -178,8 +178,17 @@ def build_policy(method_cfg: DictConfig | dict[str, Any], *, embedder: Any = Non
     Every ``_target_`` of ``conf/method`` builds a :class:`~contextrender.render.ContextPolicy`; a caller
     that needs more than the protocol (ContextRender's ``select``) narrows the type itself.
     """
-    cfg = OmegaConf.create(method_cfg) if isinstance(method_cfg, dict) else method_cfg
+    cfg = OmegaConf.create(method_cfg) if isinstance(method_cfg, dict) else method_cfg.copy()
+    OmegaConf.set_struct(cfg, False)  # a Hydra job's config is in struct mode: the copy may drop keys
+    # docs/method.md §15: any method may render cache-aware; the option wraps the policy, it is no constructor's
+    aware = bool(cfg.pop("cache_aware", False))
+    profile = str(cfg.pop("cache_profile", "anthropic"))
     params = inspect.signature(get_class(cfg._target_)).parameters
     runtime = {k: v for k, v in (("embedder", embedder), ("compactor", compactor))
                if v is not None and k in params}
-    return instantiate(cfg, **runtime, _convert_="all")
+    policy = instantiate(cfg, **runtime, _convert_="all")
+    if aware:
+        from contextrender.cache_aware import CacheAware
+
+        return CacheAware(policy, profile=profile)
+    return policy

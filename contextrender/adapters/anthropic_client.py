@@ -11,6 +11,8 @@ messages and blocks untouched, so ``cache_control`` and thinking blocks go as gi
 together) with every other argument unchanged, and records the answer. A stream (``stream=True``, or
 the ``messages.stream(...)`` helper, whose events, text stream and final message are the SDK's own)
 is recorded once the answer has its ``stop_reason``, before the event that says so reaches the caller.
+Each answer's ``usage`` as billed (``message_start`` and ``message_delta`` for a stream, read once the stream
+has ended) is recorded too: ``client.contextrender.last.usage`` and ``client.contextrender.usage()``.
 
 Everything else on the client (``messages.count_tokens``, ``messages.batches``, ``beta``,
 ``with_raw_response`` views, ``models``…) is the wrapped client's own, not rendered.
@@ -31,11 +33,13 @@ from contextrender.service.streams import AnthropicStreamAssembler
 from contextrender.wrapper import (
     AsyncRecordingStream,
     ContextRenderState,
+    LastRender,
     RecordingStream,
     WrappedClient,
     _is_async,
     _plain,
     _Recorder,
+    usage_object,
 )
 
 log = logging.getLogger(__name__)
@@ -99,8 +103,13 @@ def _answer(out: Any) -> dict[str, Any] | None:
         return None
 
 
-def _recorder(state: ContextRenderState, sid: str) -> _Recorder:
-    return _Recorder(state, sid, AnthropicStreamAssembler)
+def _recorder(state: ContextRenderState, sid: str, render: LastRender | None = None) -> _Recorder:
+    return _Recorder(state, sid, AnthropicStreamAssembler, "messages", render)
+
+
+def _record_usage(state: ContextRenderState, render: LastRender | None, out: Any) -> None:
+    """A whole answer's usage (an SDK ``Message``'s or a dict's ``usage``) as billed, recorded for its call."""
+    state.record_usage(render, "messages", anthropic_messages.prompt_usage(usage_object(out)), streamed=False)
 
 
 def _record_through(stream: Any, recorder: _Recorder, asynchronous: bool) -> None:
@@ -140,9 +149,10 @@ class _AsyncStreamManager:
 
     async def __aenter__(self) -> Any:
         sid, sent = await asyncio.to_thread(prepare, self._state, self._kwargs.get("system"), self._messages)
+        render = self._state.render_of(sid)
         self._inner = self._stream(*self._args, messages=sent, **self._kwargs)
         stream = await self._inner.__aenter__()
-        _record_through(stream, _recorder(self._state, sid), asynchronous=True)
+        _record_through(stream, _recorder(self._state, sid, render), asynchronous=True)
         return stream
 
     async def __aexit__(self, *exc: Any) -> Any:
@@ -169,29 +179,33 @@ class Messages:
         if _is_async(fn):
             return self._acreate(fn, args, messages, kwargs, stream)
         sid, sent = prepare(self._state, kwargs.get("system"), messages)
-        return self._finish(fn(*args, messages=sent, **kwargs), sid, stream)
+        render = self._state.render_of(sid)
+        return self._finish(fn(*args, messages=sent, **kwargs), sid, stream, render)
 
     async def _acreate(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any],
                        stream: bool) -> Any:
         sid, sent = await asyncio.to_thread(prepare, self._state, kwargs.get("system"), messages)
+        render = self._state.render_of(sid)
         out = fn(*args, messages=sent, **kwargs)
         if inspect.isawaitable(out):
             out = await out
         if stream:
-            return self._finish(out, sid, stream)
+            return self._finish(out, sid, stream, render)
         msg = _answer(out)
         if msg is not None:
             await asyncio.to_thread(self._state.record, sid, msg)
+        await asyncio.to_thread(_record_usage, self._state, render, out)
         return out
 
-    def _finish(self, out: Any, sid: str, stream: bool) -> Any:
+    def _finish(self, out: Any, sid: str, stream: bool, render: LastRender | None) -> Any:
         if stream and hasattr(out, "__aiter__"):
-            return AsyncRecordingStream(out, _recorder(self._state, sid))
+            return AsyncRecordingStream(out, _recorder(self._state, sid, render))
         if stream and hasattr(out, "__iter__"):
-            return RecordingStream(out, _recorder(self._state, sid))
+            return RecordingStream(out, _recorder(self._state, sid, render))
         msg = _answer(out)
         if msg is not None:
             self._state.record(sid, msg)
+        _record_usage(self._state, render, out)
         return out
 
     def stream(self, *args: Any, messages: Iterable[Any], **kwargs: Any) -> Any:
@@ -201,7 +215,7 @@ class Messages:
         if _is_async(self._inner.create):  # an async client: its stream helper is entered with ``async with``
             return _AsyncStreamManager(self._state, fn, args, list(messages), kwargs)
         sid, sent = prepare(self._state, kwargs.get("system"), messages)
-        return _StreamManager(fn(*args, messages=sent, **kwargs), _recorder(self._state, sid))
+        return _StreamManager(fn(*args, messages=sent, **kwargs), _recorder(self._state, sid))  # render: just taken
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -11,7 +11,8 @@ completion, sends the render as the caller's own input items (kept items untouch
 and their encrypted content go as given; calls and outputs kept paired) with every other argument
 unchanged, and records the answer (the response's output, as one assistant message). A stream
 (``stream=True``) yields the SDK's events unchanged and is recorded at ``response.completed``, before
-that event reaches the caller.
+that event reaches the caller. Each response's ``usage`` as billed (a stream's from ``response.completed``) is
+recorded too: ``client.contextrender.last.usage`` and ``client.contextrender.usage()``.
 
 A call that relies on state the API keeps (``previous_response_id``, ``conversation``, ``item_reference``
 items) holds a history the wrapper never sees: it raises ``ValueError`` naming the argument, unless
@@ -34,10 +35,12 @@ from contextrender.service.streams import ResponsesStreamAssembler
 from contextrender.wrapper import (
     AsyncRecordingStream,
     ContextRenderState,
+    LastRender,
     RecordingStream,
     _is_async,
     _plain,
     _Recorder,
+    usage_object,
 )
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,11 @@ def _answer(out: Any) -> dict[str, Any] | None:
         return None
 
 
+def _record_usage(state: ContextRenderState, render: LastRender | None, out: Any) -> None:
+    """A whole response's usage (an SDK ``Response``'s or a dict's ``usage``) as billed, recorded for its call."""
+    state.record_usage(render, "responses", responses_api.prompt_usage(usage_object(out)), streamed=False)
+
+
 class WrappedResponses:
     """``client.responses``: ``create`` is rendered, everything else is the client's."""
 
@@ -153,12 +161,14 @@ class WrappedResponses:
         if self._refuse_or_pass(kwargs):
             return fn(*args, **kwargs)
         sid, sent = prepare(self._state, kwargs.get("instructions"), kwargs.get("input"))
+        render = self._state.render_of(sid)
         out = fn(*args, **{**kwargs, "input": sent})
         if kwargs.get("stream") is True:
-            return RecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler))
+            return RecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler, "responses", render))
         msg = _answer(out)
         if msg is not None:
             self._state.record(sid, msg)
+        _record_usage(self._state, render, out)
         return out
 
     async def _acreate(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -166,12 +176,15 @@ class WrappedResponses:
             return await fn(*args, **kwargs)
         # Syncing and rendering may embed results (CPU): off the event loop.
         sid, sent = await asyncio.to_thread(prepare, self._state, kwargs.get("instructions"), kwargs.get("input"))
+        render = self._state.render_of(sid)
         out = await fn(*args, **{**kwargs, "input": sent})
         if kwargs.get("stream") is True:
-            return AsyncRecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler))
+            return AsyncRecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler, "responses",
+                                                       render))
         msg = _answer(out)
         if msg is not None:
             await asyncio.to_thread(self._state.record, sid, msg)
+        await asyncio.to_thread(_record_usage, self._state, render, out)
         return out
 
     def __getattr__(self, name: str) -> Any:

@@ -6,6 +6,9 @@ Messages API, :func:`contextrender.service.anthropic_messages.forwarded_messages
 :class:`StreamAssembler` rebuilds the assistant message from a streamed chat completion (SSE bytes),
 :class:`AnthropicStreamAssembler` from a streamed Messages API answer and
 :class:`ResponsesStreamAssembler` from a streamed Responses API answer, so each can be recorded.
+Each assembler also keeps the answer's usage as the upstream reported it (``usage()``: a
+:class:`~contextrender.billing.PromptUsage`, or None when the stream carried none); :func:`chat_prompt_usage`
+reads a chat completion's ``usage`` object (the Messages and Responses APIs' readers are in their own modules).
 None of them knows about HTTP or the graph.
 """
 
@@ -15,11 +18,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from contextrender.billing import PromptUsage
 from contextrender.events import Message
+from contextrender.service import anthropic_messages, responses_api
 from contextrender.service.anthropic_messages import assistant_message
 from contextrender.service.errors import ServiceError
 from contextrender.service.responses_api import assistant_message as responses_assistant_message
 from contextrender.service.results import RenderResult
+from contextrender.service.usage import prompt_usage
 
 
 def forwarded_messages(original: Sequence[Any], render: RenderResult) -> list[Any]:
@@ -43,6 +49,21 @@ def forwarded_messages(original: Sequence[Any], render: RenderResult) -> list[An
         else:
             out.append({**orig, "content": msg.get("content")})
     return out
+
+
+def chat_prompt_usage(usage: Any) -> PromptUsage | None:
+    """A chat completion's ``usage`` object as billed, or None (unknown: absent, or not counts).
+
+    ``prompt_tokens`` counts every prompt token, the cached ones included; ``prompt_tokens_details.cached_tokens``
+    were read from the prompt cache and ``prompt_tokens_details.cache_write_tokens`` (where an upstream reports it)
+    written to it; ``completion_tokens`` is the output (docs/service.md, "Prompt-cache usage").
+    """
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    return prompt_usage(usage.get("prompt_tokens"), details.get("cached_tokens"), details.get("cache_write_tokens"),
+                        usage.get("completion_tokens"))
 
 
 #: The highest index (a chat tool call's, an Anthropic content block's, a Responses output item's or content
@@ -114,7 +135,9 @@ class StreamAssembler(_ServerSentEvents):
     that has them; argument strings are concatenated in arrival order.
     Malformed events (not JSON, a non-object delta or fragment, an ``index``
     above MAX_STREAM_INDEX) are counted in ``bad_events`` and skipped:
-    assembling never raises on upstream data.
+    assembling never raises on upstream data. The usage is the latest
+    chunk's non-null ``usage`` (the last chunk's, ``choices: []``, when the
+    client asked ``stream_options.include_usage``).
     """
 
     #: What says the answer is finished (named when a stream ends without it).
@@ -125,6 +148,7 @@ class StreamAssembler(_ServerSentEvents):
         self._content: list[str] = []
         self._calls: list[dict[str, Any]] = []  # in order of first appearance
         self._by_index: dict[int, int] = {}  # fragment index -> position in _calls
+        self._usage: Any = None
         self.finish_reason: str | None = None
         self.done = False  # saw ``data: [DONE]``
         self.bad_events = 0
@@ -138,6 +162,8 @@ class StreamAssembler(_ServerSentEvents):
         except json.JSONDecodeError:
             self.bad_events += 1
             return
+        if isinstance(obj, dict) and obj.get("usage") is not None:
+            self._usage = obj["usage"]
         choices = obj.get("choices") if isinstance(obj, dict) else None
         for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
@@ -209,6 +235,10 @@ class StreamAssembler(_ServerSentEvents):
         """The answer is finished: ``[DONE]`` was seen or choice 0 got a ``finish_reason``."""
         return self.done or self.finish_reason is not None
 
+    def usage(self) -> PromptUsage | None:
+        """The usage the stream reported (:func:`chat_prompt_usage`), None before or without it."""
+        return chat_prompt_usage(self._usage)
+
     def message(self) -> dict[str, Any]:
         """Choice 0's assistant message as assembled so far, in OpenAI format."""
         msg: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) or None}
@@ -231,7 +261,8 @@ class AnthropicStreamAssembler(_ServerSentEvents):
     ``message_delta`` gives the ``stop_reason``, ``message_stop`` ends the answer, an ``error`` event
     fails it; ``ping`` and event types this does not know are skipped. Assembling never raises on
     upstream data: malformed events (a block ``index`` that is not an integer, or is above MAX_STREAM_INDEX)
-    are counted in ``bad_events``.
+    are counted in ``bad_events``. The usage is ``message_start``'s ``message.usage`` updated by each
+    ``message_delta``'s ``usage`` (:func:`~contextrender.service.anthropic_messages.merged_usage`).
     """
 
     FINISH = "stop_reason"
@@ -242,6 +273,7 @@ class AnthropicStreamAssembler(_ServerSentEvents):
         super().__init__()
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
+        self._usage: dict[str, Any] = {}
         self.stop_reason: str | None = None
         self.done = False  # saw ``message_stop``
         self.failed = False  # saw an ``error`` event
@@ -262,7 +294,10 @@ class AnthropicStreamAssembler(_ServerSentEvents):
             for i, block in enumerate(content if isinstance(content, list) else []):
                 if isinstance(block, dict):
                     self._blocks[i] = dict(block)
+            if isinstance(start, dict):
+                self._usage = anthropic_messages.merged_usage(self._usage, start.get("usage"))
         elif kind == "message_delta":
+            self._usage = anthropic_messages.merged_usage(self._usage, obj.get("usage"))
             delta = obj.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self.stop_reason = delta["stop_reason"]
@@ -327,6 +362,11 @@ class AnthropicStreamAssembler(_ServerSentEvents):
             self._stop(index)
         return [self._blocks[i] for i in sorted(self._blocks)]
 
+    def usage(self) -> PromptUsage | None:
+        """The usage the stream reported so far (:func:`~contextrender.service.anthropic_messages.prompt_usage`),
+        None without ``message_start``'s."""
+        return anthropic_messages.prompt_usage(self._usage) if self._usage else None
+
     def message(self) -> dict[str, Any]:
         """The answer as the OpenAI-format assistant message the graph stores
         (:func:`~contextrender.service.anthropic_messages.assistant_message`)."""
@@ -344,7 +384,8 @@ class ResponsesStreamAssembler(_ServerSentEvents):
     gives the whole output when it lists one; ``response.failed`` and ``error`` fail the answer. Other events
     are skipped. Assembling never raises on upstream data: malformed events are counted in ``bad_events`` —
     an ``output_index`` that is not an integer or is above MAX_STREAM_INDEX among them, and a
-    ``content_index`` beyond the next part of its item.
+    ``content_index`` beyond the next part of its item. The usage is the latest event's non-null
+    ``response.usage`` (``response.completed``'s; the events before it carry none).
     """
 
     FINISH = "response.completed"
@@ -356,6 +397,7 @@ class ResponsesStreamAssembler(_ServerSentEvents):
         super().__init__()
         self._items: dict[int, dict[str, Any]] = {}
         self._final: list[Any] | None = None
+        self._usage: Any = None
         self.status: str | None = None
         self.done = False  # saw the terminal event
         self.failed = False  # saw ``response.failed`` or ``error``
@@ -370,6 +412,9 @@ class ResponsesStreamAssembler(_ServerSentEvents):
             self.bad_events += 1
             return
         kind = obj.get("type") if isinstance(obj, dict) else None
+        resp = obj.get("response") if isinstance(obj, dict) else None
+        if isinstance(resp, dict) and resp.get("usage") is not None:
+            self._usage = resp["usage"]
         if not isinstance(kind, str):
             self.bad_events += 1
         elif kind in self._TERMINAL:
@@ -452,6 +497,11 @@ class ResponsesStreamAssembler(_ServerSentEvents):
             return list(self._final)
         return [self._items[i] for i in sorted(self._items)]
 
+    def usage(self) -> PromptUsage | None:
+        """The usage the stream reported (:func:`~contextrender.service.responses_api.prompt_usage`), None
+        before ``response.completed`` or without one."""
+        return responses_api.prompt_usage(self._usage)
+
     def message(self) -> dict[str, Any]:
         """The answer as the OpenAI-format assistant message the graph stores
         (:func:`~contextrender.service.responses_api.assistant_message`); an item it cannot read (a call
@@ -468,4 +518,4 @@ class ResponsesStreamAssembler(_ServerSentEvents):
 
 
 __all__ = ["AnthropicStreamAssembler", "MAX_STREAM_INDEX", "ResponsesStreamAssembler", "StreamAssembler",
-           "forwarded_messages"]
+           "chat_prompt_usage", "forwarded_messages"]

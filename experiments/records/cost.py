@@ -11,12 +11,18 @@ and ρ (the paper's setups have no LLM user). ρ is the cache fraction observed
 in Full-history runs of the same model × benchmark and is used for every
 method. Costs are compared on T, the tasks whose Full-history run exceeded B
 before some invocation; normalised cost is a ratio of means.
+
+Eq. 3 is the paper's model and stays, so Table 1 reproduces. What a provider bills is
+:func:`billed_cost`: each request from its own cached prefix under a pricing profile (docs/method.md
+§14), at a model's prices from litellm's cost map.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from contextrender.billing import Prices, PromptUsage
 
 INPUT_USD_PER_M = 2.0
 CACHED_INPUT_USD_PER_M = 0.5
@@ -96,3 +102,62 @@ def relative_change(cr: float | None, other: float | None) -> float | None:
     if cr is None or other is None or other == 0:
         return None
     return (cr - other) / other
+
+
+# -- billed cost (docs/method.md §14) ---------------------------------------------------------------------------
+
+
+def record_billed(rec: Mapping[str, Any], profile: str) -> PromptUsage | None:
+    """The agent's requests of one record as billed under ``profile``: each request's prompt and output tokens and the
+    cache reads and writes simulated for it (schema 5; docs/method.md §14) — or, for a live run under its provider's own
+    profile (``extra.provider_profile``), the figures the provider reported. None for an older record, or one whose
+    renders lack the profile. ``none`` is the prompt tokens with nothing cached."""
+    renders = rec.get("renders") or []
+    if not renders:
+        return None
+    # A live run billed under its own provider's profile takes the provider's figures (docs/method.md §14).
+    own = (rec.get("extra") or {}).get("provider_profile") == profile != "none"
+    out = PromptUsage()
+    for r in renders:
+        if not isinstance(r, Mapping) or r.get("prompt") is None:
+            return None
+        reported = r.get("provider_cache") if own else None
+        if reported:
+            prompt, read, write = (int(x) for x in reported)
+            out = out + PromptUsage(prompt, min(read, prompt), min(write, max(0, prompt - read)),
+                                    int(r.get("output") or 0))
+            continue
+        read = write = 0
+        if profile != "none":
+            pair = (r.get("cache") or {}).get(profile)
+            if pair is None:
+                return None
+            read, write = int(pair[0]), int(pair[1])
+        out = out + PromptUsage(int(r["prompt"]), read, write, int(r.get("output") or 0))
+    return out
+
+
+def billed_cost(rec: Mapping[str, Any], profile: str, model_prices: Prices,
+                embedding_price: float = 0.0) -> float | None:
+    """US$ of one record as the provider bills it under ``profile`` at ``model_prices`` (docs/method.md §14): the agent's
+    requests from their own cached prefixes, the compaction model's calls as plain input and output (each is a new
+    prompt), embeddings at ``embedding_price`` per token (0 for a local embedder). None when the record cannot be
+    billed (written before schema 5)."""
+    agent = record_billed(rec, profile)
+    if agent is None:
+        return None
+    comp = rec.get("usage", {}).get("compactor", {})
+    compactor = PromptUsage(int(comp.get("input", 0)), 0, 0, int(comp.get("output", 0)))
+    emb = int(rec.get("usage", {}).get("embeddings", {}).get("embedding", 0))
+    return model_prices.cost(agent) + model_prices.cost(compactor) + embedding_price * emb
+
+
+def cache_hit_share(records: Iterable[Mapping[str, Any]], profile: str) -> float | None:
+    """Σ cache reads / Σ prompt tokens of the agent's requests under ``profile`` (None when none can be billed)."""
+    read = prompt = 0
+    for r in records:
+        u = record_billed(r, profile)
+        if u is not None:
+            read += u.cache_read
+            prompt += u.prompt
+    return read / prompt if prompt else None

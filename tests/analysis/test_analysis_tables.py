@@ -315,3 +315,55 @@ def test_the_hindsight_ceiling_sits_beside_the_recall_rows(tmp_path):
     path.write_text(json.dumps(r), encoding="utf-8")
     tables.make_tables([runs], tmp_path / "out2", "ablation", recall=path)
     assert tables.CEILING not in (tmp_path / "out2" / "table_ablation.md").read_text(encoding="utf-8")
+
+
+def billed_rec(method: str, task: str, renders: list[tuple[int, tuple[int, int], tuple[int, int]]],
+               exceeded: bool = True) -> dict:
+    """A schema-5 record: per request (prompt tokens, anthropic (read, write), openai (read, write))."""
+    r = rec(method, task, sum(p for p, _, _ in renders), exceeded=exceeded)
+    r["renders"] = [{"prompt": p, "output": 0, "cache": {"anthropic": list(a), "openai": list(o)}}
+                    for p, a, o in renders]
+    return r
+
+
+def test_billed_cost_is_each_request_from_its_own_cached_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Hand-worked, at $1/M input (read 0.1, write 1.25) for anthropic and $2/M (read 0.5) for openai:
+
+        full a: 1000 written; 2000 = 1000 read + 1000 written   anthropic 1250 + 100 + 1250 = 2600 µ$
+                                                               openai    2000 + 500 + 2000 = 4500 µ$
+        cr   a: 800 written; 800 written again (prefix changed) anthropic 2000 µ$, openai 3200 µ$
+        ×Full: anthropic 2000/2600 = 0.769, openai 0.711, none (gpt-4.1, nothing cached) 3200/6000 = 0.533;
+        cache hits (anthropic, over all the cell's records): Full 1000/3500 = 29 %, CR 0 %. Task b is not in T.
+    """
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({
+        "claude-sonnet-4-5": {"input_cost_per_token": 1e-6, "cache_read_input_token_cost": 1e-7,
+                              "cache_creation_input_token_cost": 1.25e-6, "litellm_provider": "anthropic"},
+        "gpt-4.1": {"input_cost_per_token": 2e-6, "cache_read_input_token_cost": 5e-7, "litellm_provider": "openai"}}))
+    monkeypatch.setenv("CONTEXTRENDER_COST_MAP", str(costs))
+    records = [billed_rec("full", "a", [(1000, (0, 1000), (0, 0)), (2000, (1000, 1000), (1000, 0))]),
+               billed_rec("full", "b", [(500, (0, 0), (0, 0))], exceeded=False),
+               billed_rec("contextrender", "a", [(800, (0, 800), (0, 0)), (800, (0, 800), (0, 0))]),
+               billed_rec("contextrender", "b", [(9000, (0, 0), (0, 0))])]
+    groups = tables.group_info(records)
+    summary = tables.summarise(tables.records_frame(records, groups), groups)
+    full, cr = row(summary, "full"), row(summary, "contextrender")
+    assert full["billed_usd_anthropic"] == pytest.approx(2600e-6)
+    assert cr["billed_usd_anthropic"] == pytest.approx(2000e-6)
+    assert cr["billed_usd_openai"] == pytest.approx(3200e-6)
+    assert cr["billed_anthropic"] == pytest.approx(2000 / 2600)
+    assert cr["billed_openai"] == pytest.approx(3200 / 4500)
+    assert cr["billed_none"] == pytest.approx(3200 / 6000)
+    assert full["hit_anthropic"] == pytest.approx(100 * 1000 / 3500)  # hits over all the cell's records
+    assert cr["hit_anthropic"] == 0.0
+    t1 = tables.table1(summary)
+    assert t1.data.iloc[0]["rel_billed_anthropic_pct"] == pytest.approx(100 * (2000 - 2600) / 2600)
+    md = tables.to_markdown(tables.main_table(summary))
+    assert "billed ×Full anthropic" in md and "cache hits % anthropic" in md and "Eq. 3" in md
+
+
+def test_records_before_billing_get_no_billed_columns():
+    groups = tables.group_info(main_records())
+    summary = tables.summarise(tables.records_frame(main_records(), groups), groups)
+    assert summary["billed_anthropic"].isna().all()
+    assert "billed ×Full" not in tables.to_markdown(tables.main_table(summary))

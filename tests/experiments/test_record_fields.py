@@ -1,4 +1,5 @@
-"""Schema 3: a record names its primary metric and the code version that produced it; schema 4: its measures."""
+"""Schema 3: a record names its primary metric and the code version that produced it; schema 4: its measures;
+schema 5: each request's tokens and its cache reads and writes under each billing profile."""
 
 from __future__ import annotations
 
@@ -16,13 +17,25 @@ def test_record_names_metric_and_code_version(tmp_path):
                                            "model=oracle", "method=prune", "budget=1500", "benchmark.limit=1"])
     run_job(cfg)
     (rec,) = load_records(tmp_path)
-    assert rec["schema_version"] == SCHEMA_VERSION == 4
+    assert rec["schema_version"] == SCHEMA_VERSION == 5
     # schema 4: the failure-mode measures' counts, and per render the prefix and identifier counts
     assert rec["measures"]["episodes"] == 1 and rec["measures"]["renders"] == rec["invocations"]
     assert rec["measures"]["tool_calls"] == sum(r["calls"] for r in rec["renders"]) > 0
     assert rec["renders"][0]["prefix_tokens"] is None
     assert all(0 <= r["prefix_tokens"] <= r["input_tokens"] for r in rec["renders"][1:])
     assert rec["metric"] == "task_acc" and rec["metric"] in rec["score"]
+    # schema 5 (docs/method.md §14): per request its prompt as sent (tools included) and, per billing profile,
+    # the cache reads and writes simulated from what it sent; the oracle reports no provider figures
+    agent = rec["usage"]["agent"]
+    assert sum(r["prompt"] for r in rec["renders"]) == agent["input"]
+    assert sum(r["output"] for r in rec["renders"]) == agent["output"]
+    for r in rec["renders"]:
+        assert set(r["cache"]) == {"anthropic", "openai"} and r["provider_cache"] is None
+        assert all(0 <= x <= r["prompt"] for x in r["cache"]["anthropic"]) and r["cache"]["openai"][1] == 0
+    # the first request finds nothing cached; once the prompt only grew, the next one reads what it had sent
+    first, second = rec["renders"][:2]
+    assert first["cache"]["anthropic"][0] == first["cache"]["openai"][0] == 0
+    assert second["cache"]["anthropic"][0] == first["prompt"] == first["cache"]["anthropic"][1]
     assert rec["code_version"].startswith(contextrender.__version__)
     # From a checkout the commit is part of the version, so records of different code never look alike.
     assert rec["git_sha"] == "unknown" or rec["code_version"].endswith(rec["git_sha"])
