@@ -44,8 +44,9 @@ check: setup ## lint, type-check, and the one-way import rule (scripts/check_lay
 	$(PY) scripts/check_layers.py --graph docs/import_graph.svg
 
 # The replay-speed part (cold/warm replay of 200 traces × 10 methods) is the longest, a few minutes
-# on 2 cores: `make bench ARGS=--skip-replay` leaves it out (also --skip-overhead, --skip-embed, --skip-view).
-bench: setup ## per-invocation overhead, embedding throughput, replay speed, session view → results/bench/{overhead,replay_speed,view}.json
+# on 2 cores: `make bench ARGS=--skip-replay` leaves it out (also --skip-overhead, --skip-embed, --skip-embedder,
+# --skip-view).
+bench: setup ## overhead, embedding throughput, replay speed, the default embedder vs sentence-transformers, session view → results/bench/{overhead,replay_speed,embedder,view}.json
 	$(PY) -m contextrender.experiments.studies.bench $(ARGS)
 
 # Offline default: the context-bounded oracle on τ²-retail and BFCL v4 multi-turn long-context, B=2000.
@@ -153,6 +154,19 @@ task-success: setup ## every method × both oracle modes × 3 benchmarks × 3 bu
 				> results/task_success/replay_$${b}_B$$B.md; rm -f results/task_success/.replay.md; \
 			replays="$$replays results/task_success/replay_$${b}_B$$B.json"; done; done; \
 	$(PY) -m contextrender.analysis.task_success --runs $(RUNS)/task_success --replays $$replays --out results
+
+# Billed cost against B (the task-success grid's records) and against session length (its recorded
+# τ²-retail Full traces chained into longer sessions, replayed at B = 2000): one table, one figure.
+.PHONY: billing
+billing: setup ## billed cost (anthropic, openai) vs B and vs session length → results/table_billing.md, fig_billing, billing/
+	$(PY) -m contextrender.experiments.studies.billing --runs $(RUNS)/task_success --out results $(ARGS)
+
+# The expand tool on task success (docs/method.md §16): Full and contextrender_plus, strict and expand oracle,
+# 3 benchmarks × B = 1000, 2000, 4000 (36 jobs, about 30 minutes on 2 cores; rerun to resume).
+.PHONY: expand
+expand: setup ## contextrender_plus with the expand tool vs without, beside Full → results/expand/table_expand, fig_expand
+	$(PY) -m contextrender.experiments.run -m +experiment=expand $(ARGS)
+	$(PY) -m contextrender.analysis.expand --runs $(RUNS)/expand --out results/expand
 
 appworld-setup: ## create .venv-appworld (appworld==0.1.3.post1 in its own venv; PyPI needed once)
 	bash scripts/setup_appworld.sh

@@ -22,12 +22,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from contextrender.billing import SessionBilling
 from contextrender.events import Usage
+from contextrender.expand import TOOL_NAME as EXPAND_TOOL
+from contextrender.expand import ExpandTool, chat_tool, gives_handles
 from contextrender.experiments.evaluation.measures import MeasureStats, MeasureTracker
 from contextrender.experiments.records.cost import upper_bound_cost
 from contextrender.experiments.records.schema import RenderStat
 from contextrender.graph import Session
 from contextrender.render import ContextPolicy, Scope
+
+#: The billing profiles every request is simulated under (docs/method.md §14; ``none`` needs no simulation).
+BILLED_PROFILES = ("anthropic", "openai")
 
 
 class EpisodeStop(Exception):
@@ -68,6 +74,16 @@ class Episode:
         self.exceeded_budget = False
         self.last_rendered: Any = None
         self._tracker = MeasureTracker(session.counter)  # pairing check and the failure-mode measures
+        self._billing = SessionBilling(BILLED_PROFILES, session.counter)  # each request's cache, per profile
+        #: docs/method.md §16: a model that reads omitted results back (the oracle's ``expand`` mode) is offered
+        #: the expand tool; the episode answers its calls itself, as the service would, so the benchmark never
+        #: sees them. Each expansion is an invocation of its own, charged and counted like any other.
+        #: Offered only where the policy's markers carry handles (its ``expand`` option): for any other the tool could
+        #: read nothing back and would only cost its schema's tokens, so its runs are its strict ones.
+        self.expander = ExpandTool(session, budget) if getattr(model, "expands", False) and gives_handles(policy) else None
+        self.expansions = 0  # calls answered
+        self.expansion_rounds = 0  # invocations that called the tool
+        self._rounds_taken = 0
 
     # -- environment side ---------------------------------------------------------
 
@@ -82,7 +98,36 @@ class Episode:
     # -- model side -----------------------------------------------------------------
 
     def step(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """One invocation: render under B, call the model, store its message; return it."""
+        """One invocation: render under B, call the model, store its message; return it.
+
+        With the expand tool offered (:attr:`expander`), the model's calls of it are answered here and the model
+        is called again until it answers with something else; the message returned holds none of those calls.
+        The benchmark counts the extra invocations against its own step limits (:meth:`take_rounds`)."""
+        if self.expander is None:
+            return self._invoke(tools)
+        offered = [*(tools or []), chat_tool()]
+        while True:
+            message = self._invoke(offered)
+            calls = message.get("tool_calls") or []
+            mine = [c for c in calls if (c.get("function") or {}).get("name") == EXPAND_TOOL]
+            if not mine:
+                return message
+            at = len(self.session) - 1  # the assistant message that called the tool
+            for c in mine:
+                text, _ = self.expander.answer((c.get("function") or {}).get("arguments"), at=at)
+                self.session.add({"role": "tool", "tool_call_id": c["id"], "content": text})
+                self.expansions += 1
+            self.expansion_rounds += 1
+            rest = [c for c in calls if c not in mine]
+            if rest:
+                return {**message, "tool_calls": rest}
+
+    def take_rounds(self) -> int:
+        """Invocations spent on the expand tool since the last call (what a benchmark adds to its step count)."""
+        n, self._rounds_taken = self.expansion_rounds - self._rounds_taken, self.expansion_rounds
+        return n
+
+    def _invoke(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         if self.invocations >= self.limits.max_steps:
             raise StepLimit(f"step limit {self.limits.max_steps} reached")
         full = Scope.of(self.session).full_tokens(self.session)
@@ -97,10 +142,17 @@ class Episode:
                           prefix_tokens=pre.prefix_tokens)
         self.renders.append(stat)
         completion = self.model.complete(list(rendered.messages), tools)
-        self.agent_usage += completion.usage
+        u = completion.usage
+        self.agent_usage += u
         m = self._tracker.on_turn(completion.message)
+        # What this request costs under each provider's cache (docs/method.md §14), from what it sent.
+        billed = self._billing.request(rendered.messages, tools, u.output)
+        prompt = next(iter(billed.values())).prompt if billed else None
         self.renders[-1] = replace(stat, id_uses=m.id_uses, id_survived=m.id_survived, calls=m.calls,
-                                   rereads=m.rereads)
+                                   rereads=m.rereads, prompt=prompt, output=u.output,
+                                   cache={p: [b.cache_read, b.cache_write] for p, b in billed.items()},
+                                   provider_cache=None if getattr(self.model, "simulated", False)
+                                   else [u.input, u.cached, u.cache_write])
         self.session.add(completion.message)
         self._check_cost()
         return completion.message

@@ -142,8 +142,16 @@ class LiteLLMModel:
                  "type": "function",
                  "function": {"name": tc.function.name, "arguments": tc.function.arguments or "{}"}}
                 for i, tc in enumerate(msg.tool_calls)]
-        u = resp.usage
-        details = getattr(u, "prompt_tokens_details", None)
-        cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
-        return Completion(message, Usage(input=int(u.prompt_tokens), output=int(u.completion_tokens),
-                                         cached=cached, calls=1))
+        return Completion(message, provider_usage(resp.usage))
+
+
+def provider_usage(u: Any) -> Usage:
+    """A litellm response's usage as the provider billed it: every prompt token (litellm's ``prompt_tokens``
+    counts cache reads and writes too), of them the ones read from the prompt cache
+    (``prompt_tokens_details.cached_tokens``, or Anthropic's ``cache_read_input_tokens``) and the ones written
+    to it (Anthropic's ``cache_creation_input_tokens``; docs/method.md §14)."""
+    details = getattr(u, "prompt_tokens_details", None)
+    read = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+    read = read or int(getattr(u, "cache_read_input_tokens", 0) or 0)
+    write = int(getattr(u, "cache_creation_input_tokens", 0) or 0)
+    return Usage(input=int(u.prompt_tokens), output=int(u.completion_tokens), cached=read, calls=1, cache_write=write)

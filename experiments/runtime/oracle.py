@@ -29,6 +29,13 @@ benchmark: τ²'s tool types, BFCL's state check on a copy of the environment); 
 effects is never repeated, nor one whose own arguments are hidden. Each such call is tried once per
 position in the script; when none is left, the value is emitted wrong as in ``strict``. Re-reads per
 episode are recorded (``OracleEpisode.rereads``).
+``expand`` models an agent offered the expand tool (docs/method.md §16): before a call (or closing message)
+that needs a hidden value, the oracle calls ``contextrender_expand`` with a handle it can see in the render — the
+marker of an omitted result that holds the value — narrowed to the JSON member that holds it (``key``), as an
+agent that knows what it looks for would ask, then, if that does not bring it back, the whole result — and
+proceeds when the policy shows the value. Each expansion is an invocation of its own, charged like any other and counted against
+the benchmark's step limits (the episode answers it, as the service would). A value held by no visible handle
+is emitted wrong as in ``strict``. Expansions per episode are recorded (``OracleEpisode.expansions``).
 
 Usage is counted with the shared token counter as if the rendered input had
 been sent and the call generated. Cached input tokens simulate provider prefix
@@ -46,13 +53,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextrender.events import Completion, Usage
+from contextrender.expand import MARKER_HANDLE, TOOL_NAME, ExpandError, resolve
 from contextrender.graph import Session
 from contextrender.readiness import MIN_CHARS, numbers_in, occurs
 from contextrender.tokens import TokenCounter
 
 MIN_CHECKED_CHARS = MIN_CHARS
 #: ``mode`` of the oracle: a hidden value makes a wrong call, or is first read again (module docstring).
-MODES = ("strict", "reread")
+MODES = ("strict", "reread", "expand")
 WRONG_STRING = "UNKNOWN_VALUE"
 CACHE_MIN_TOKENS = 1024
 CACHE_STEP = 128
@@ -132,6 +140,31 @@ def _replace(obj: Any, hidden: set[str]) -> Any:
     return obj
 
 
+def _path_to(content: str, value: Any) -> str | None:
+    """The key path (dots; list items by index) of the innermost object or list in JSON ``content`` that holds
+    ``value`` as one of its own members — the row an expand call's ``key`` asks for. None for text, or when no
+    member holds it."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    want = str(value)
+
+    def walk(node: Any, path: list[str]) -> list[str] | None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            if isinstance(v, (dict, list)):
+                got = walk(v, [*path, str(k)])
+                if got is not None:
+                    return got
+            elif v is not None and _occurs(want, str(v), _numbers(str(v))):
+                return path
+        return None
+
+    got = walk(data, [])
+    return ".".join(got) if got else None
+
+
 def _message_text(m: dict[str, Any]) -> str:
     parts = [m.get("content") or ""] if isinstance(m.get("content"), str) else [json.dumps(m.get("content"))]
     for tc in m.get("tool_calls") or []:
@@ -169,12 +202,17 @@ class OracleModel:
     jobs and rows, beside the strict ones).
     """
 
+    #: Its usage is counted, not reported by a provider: records carry no provider cache figures for it.
+    simulated = True
+
     def __init__(self, encoding: str = "o200k_base", mode: str = "strict") -> None:
         if mode not in MODES:
             raise ValueError(f"oracle mode must be one of {MODES}, got {mode!r}")
         self.counter = TokenCounter(encoding)
         self.mode = mode
         self.name = "oracle" if mode == "strict" else f"oracle_{mode}"
+        #: the episode offers the expand tool (docs/method.md §16) to a model that reads omitted results back
+        self.expands = mode == "expand"
 
     def episode(self, task: Any, session: Session) -> OracleEpisode:
         reference = getattr(task, "reference", None)
@@ -188,6 +226,8 @@ class OracleModel:
 
 @dataclass
 class OracleEpisode:
+    #: as :attr:`OracleModel.simulated`
+    simulated = True
     reference: Reference
     session: Session
     counter: TokenCounter
@@ -199,10 +239,22 @@ class OracleEpisode:
     hidden_log: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
     #: (invocation, tool re-issued, the hidden values it was re-issued for)
     reread_log: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
+    #: (invocation, the expand call's arguments as JSON, the hidden values it was made for)
+    expand_log: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
     _prev: list[str] = field(default_factory=list)
     _reread_ids: set[str] = field(default_factory=set)
     _tried: set[str] = field(default_factory=set)
     _tried_at: tuple[int, int, bool] | None = None
+
+    @property
+    def expands(self) -> bool:
+        """Whether the episode offers this model the expand tool (``expand`` mode)."""
+        return self.mode == "expand"
+
+    @property
+    def expansions(self) -> int:
+        """Expand calls this episode made (``expand`` mode)."""
+        return len(self.expand_log)
 
     @property
     def rereads(self) -> int:
@@ -219,7 +271,7 @@ class OracleEpisode:
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
         turn = sum(1 for m in msgs if m.role == "user") - 1
         emitted = sum(1 for m in msgs[last_user + 1:] if m.role == "assistant"
-                      for c in m.tool_calls if c.id not in self._reread_ids)
+                      for c in m.tool_calls if c.id not in self._reread_ids and c.name != TOOL_NAME)
         return max(turn, 0), emitted
 
     def _reread(self, hidden: dict[str, Any], seen: _Seen, at: tuple[int, int, bool]) -> ScriptedCall | None:
@@ -256,6 +308,51 @@ class OracleEpisode:
         self._tried.add(best[3])
         return best[2]
 
+    def _expand(self, hidden: dict[str, Any], messages: list[dict[str, Any]],
+                 at: tuple[int, int, bool]) -> dict[str, str] | None:
+        """The expand call to make for ``hidden``: a handle visible in the render whose result holds the most of them
+        (then the newest), narrowed to the JSON member holding the first such value (``key``), or, when that was
+        asked for at this position already, the whole result. None when no visible handle holds any."""
+        if self._tried_at != at:
+            self._tried_at, self._tried = at, set()
+        if not hidden:
+            return None
+        handles = {h for m in messages if m.get("role") == "tool" for h in MARKER_HANDLE.findall(_message_text(m))}
+        best: tuple[int, int, dict[str, str], str] | None = None
+        for h in sorted(handles):
+            try:
+                seq = resolve(self.session, h)
+            except ExpandError:
+                continue
+            content = self.session.message(seq).content
+            numbers = _numbers(content)
+            covered = [v for v in hidden.values() if _occurs(v, content, numbers)]
+            if not covered:
+                continue
+            # As an agent that knows what it is looking for would: the member holding the value first (``key``), then,
+            # should that not bring it back, the whole result.
+            path = _path_to(content, covered[0])
+            tries = ([{"handle": h, "key": path}] if path else []) + [{"handle": h}]
+            args = next((a for a in tries if json.dumps(a) not in self._tried), None)
+            if args is None:
+                continue
+            key = json.dumps(args)
+            if best is None or (len(covered), seq) > (best[0], best[1]):
+                best = (len(covered), seq, args, key)
+        if best is None:
+            return None
+        self._tried.add(best[3])
+        return best[2]
+
+    def _emit_expand(self, args: dict[str, str], hidden: dict[str, Any] | set[str], messages: list[dict[str, Any]],
+                     tools: list[dict[str, Any]] | None) -> Completion:
+        t = self.session.next_invocation
+        arguments = json.dumps(args)
+        self.expand_log.append((t, arguments, tuple(sorted(hidden))))
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{t}_expand", "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}]}
+        return Completion(message, self._usage(messages, tools, message))
+
     def _emit_reread(self, call: ScriptedCall, hidden: dict[str, Any] | set[str], messages: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None) -> Completion:
         t = self.session.next_invocation
@@ -280,6 +377,12 @@ class OracleEpisode:
                 again = self._reread(wanted, seen, (turn, emitted, False))
                 if again is not None:
                     return self._emit_reread(again, wanted, messages, tools)
+            elif self.mode == "expand":
+                wanted = {str(v): v for call in batch for v in scalars(call.arguments)
+                          if str(v) in seen.hidden(scalars(call.arguments))}
+                ask = self._expand(wanted, messages, (turn, emitted, False))
+                if ask is not None:
+                    return self._emit_expand(ask, wanted, messages, tools)
             tool_calls = []
             for i, call in enumerate(batch):
                 hidden = seen.hidden(scalars(call.arguments))
@@ -298,6 +401,10 @@ class OracleEpisode:
                 again = self._reread({v: v for v in hidden}, seen, (turn, emitted, True))
                 if again is not None:
                     return self._emit_reread(again, hidden, messages, tools)
+            if hidden and self.mode == "expand":
+                ask = self._expand({v: v for v in hidden}, messages, (turn, emitted, True))
+                if ask is not None:
+                    return self._emit_expand(ask, hidden, messages, tools)
             if hidden:
                 self.hidden_log.append((t, CLOSING, tuple(sorted(hidden))))
                 for v in sorted(hidden, key=len, reverse=True):

@@ -190,6 +190,10 @@ def result_config(cfg: DictConfig) -> dict[str, Any]:
     d = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(d, dict)
     out = {str(k): v for k, v in d.items() if k not in _RUN_CONTROL}
+    method = out.get("method")
+    if isinstance(method, dict) and method.get("cache_aware") is False:
+        # docs/method.md §15: the option at its default renders as the method always did; the job is the same one
+        out["method"] = {k: v for k, v in method.items() if k != "cache_aware"}
     if isinstance(out.get("benchmark"), dict):
         out["benchmark"] = {k: v for k, v in out["benchmark"].items() if k not in _TASK_SELECTION}
     return out
@@ -477,6 +481,12 @@ class Job:
         extra = played.extra
         if self.acon_thresholds is not None:  # the values this ACON run used, and why
             extra = {**extra, "acon_thresholds": self.acon_thresholds}
+        provider = getattr(self.model, "model", None)
+        if isinstance(provider, str) and not getattr(self.model, "simulated", False):
+            # docs/method.md §14: a live model's own cache figures bill its provider's profile
+            from contextrender.billing import profile_of
+
+            extra = {**extra, "provider_profile": profile_of(provider), "provider_model": provider}
         return EpisodeRecord(
             key=key, model=self.model.name, benchmark=self.benchmark.name, task=task.id, method=self.method_name,
             budget=self.budget, status=played.status, score=played.score, metric=self.metric, usage=usage,

@@ -52,6 +52,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "tail_compaction_absolute": ("tail_compaction", {"scale_to_budget": False}),
     "openhands_summary_keep4": ("openhands_summary", {"keep_first": 4}),
     "langchain_trim_human": ("langchain_trim", {"start_on_human": True}),
+    # the cache-aware option (docs/method.md §15): off, the plus renders as it did before it was its default; on,
+    # the paper's selector
+    "plus_not_cache_aware": ("contextrender_plus", {"cache_aware": False}),
+    "contextrender_cache_aware": ("contextrender", {"cache_aware": True}),
 }
 
 

@@ -32,9 +32,9 @@ from contextrender.graph import OMISSION_MARKER
 from contextrender.idform import HEADER as ID_HEADER
 from contextrender.render import Scope, first_user
 
-#: Renders the corpus holds (11 transcripts × 5 budgets × 36 policy variants — 18 before the peers —,
+#: Renders the corpus holds (11 transcripts × 5 budgets × 38 policy variants — 18 before the peers —,
 #: one per render point).
-RENDERS = 22320
+RENDERS = 23560
 
 #: ``variant|transcript`` → digest of all its renders. Pinned at commit 0e8912d (before that
 #: redesign), extended with the peer strategies, and recomputed once on purpose:
@@ -65,12 +65,17 @@ RENDERS = 22320
 #: Then the plus was aimed at cost as well (id_value 0.4; an oversized result with an id form is not compacted; a
 #: tabular form at most oversized_share·B; an id form without a value is no option): 7 of its 11 sequences changed
 #: on purpose; nothing else moved.
+#: Then the plus rendered cache-aware by default (docs/method.md §15: a render is appended to while it fits, and changes
+#: as late as keeps every value): the 10 of its 11 sequences whose history exceeds B changed on purpose; with the option
+#: off (plus_not_cache_aware) it renders exactly as before, and nothing else moved.
+#: Then the expand tool: contextrender_plus and contextrender_cache_aware mark omitted results with handles
+#: (docs/method.md §16): the 10 of their 11 sequences that omit changed on purpose; nothing else moved.
 EXPECTED = {
     "acon|tool_heavy": "d91787340d03084d",
     "clear_tool_uses|tool_heavy": "94a1a12eec20a9fb",
     "compact|tool_heavy": "2944659d2ce86949",
     "contextrender|tool_heavy": "870b3134d0f51d8b",
-    "contextrender_plus|tool_heavy": "25d9557df2b66b6d",
+    "contextrender_plus|tool_heavy": "14450556e4aefee4",
     "cr_recency|tool_heavy": "912b38fa5b185847",
     "cr_recency_relevance|tool_heavy": "7c16961f7bb109f9",
     "cr_relevance|tool_heavy": "3229dffd3aa92e07",
@@ -104,7 +109,7 @@ EXPECTED = {
     "clear_tool_uses|parallel": "0e777bf976d56022",
     "compact|parallel": "f8debb3636acd42b",
     "contextrender|parallel": "634677d508d33ef4",
-    "contextrender_plus|parallel": "eb416896a5d83875",
+    "contextrender_plus|parallel": "57e192786e0d8701",
     "cr_recency|parallel": "657898177c881f87",
     "cr_recency_relevance|parallel": "c2c2466b9648e51f",
     "cr_relevance|parallel": "6183b986cc732450",
@@ -138,7 +143,7 @@ EXPECTED = {
     "clear_tool_uses|verbatim_overflow": "7b3bc4f62663ee3a",
     "compact|verbatim_overflow": "fe0b0b007d5d45de",
     "contextrender|verbatim_overflow": "03b18620d0f9816f",
-    "contextrender_plus|verbatim_overflow": "db33e17322fa60a5",
+    "contextrender_plus|verbatim_overflow": "a1fa96175edbc030",
     "cr_recency|verbatim_overflow": "b35c203b31984320",
     "cr_recency_relevance|verbatim_overflow": "03b18620d0f9816f",
     "cr_relevance|verbatim_overflow": "03b18620d0f9816f",
@@ -172,7 +177,7 @@ EXPECTED = {
     "clear_tool_uses|oversized": "2cfae1b547155e17",
     "compact|oversized": "bfdc3f379cd8e0fb",
     "contextrender|oversized": "80d9c1955dd17e87",
-    "contextrender_plus|oversized": "5ed7d21ee2949887",
+    "contextrender_plus|oversized": "b9c87bdf4dde5970",
     "cr_recency|oversized": "c443df4c9315dccf",
     "cr_recency_relevance|oversized": "83ede2d2a312003b",
     "cr_relevance|oversized": "3f544a12034e7384",
@@ -206,7 +211,7 @@ EXPECTED = {
     "clear_tool_uses|multi_user": "cc3db187ca4bf52c",
     "compact|multi_user": "f902007dfe341a36",
     "contextrender|multi_user": "303cd0e5d1790093",
-    "contextrender_plus|multi_user": "330c0ff59a56835b",
+    "contextrender_plus|multi_user": "d36a4c9f8a8d234e",
     "cr_recency|multi_user": "1ad7913b4ffc5234",
     "cr_recency_relevance|multi_user": "3799e78129b1425c",
     "cr_relevance|multi_user": "eea20b6ef2a88b28",
@@ -240,7 +245,7 @@ EXPECTED = {
     "clear_tool_uses|odd_roles": "03912c83a3fdff80",
     "compact|odd_roles": "c644c7a09a1fd401",
     "contextrender|odd_roles": "58f0f6aeb2077f5a",
-    "contextrender_plus|odd_roles": "36a40d0048b7115d",
+    "contextrender_plus|odd_roles": "4af300dd3e028d8d",
     "cr_recency|odd_roles": "e3f6ee06d52b8dec",
     "cr_recency_relevance|odd_roles": "b5f920d05ab9622e",
     "cr_relevance|odd_roles": "ceb4a679b508096f",
@@ -274,7 +279,7 @@ EXPECTED = {
     "clear_tool_uses|no_system_big_task": "3f52a080aa0253aa",
     "compact|no_system_big_task": "0fba3ea5aaf023d2",
     "contextrender|no_system_big_task": "6de79c81f34ec062",
-    "contextrender_plus|no_system_big_task": "6f93408080bfa12b",
+    "contextrender_plus|no_system_big_task": "ac755f5fa6bdd782",
     "cr_recency|no_system_big_task": "d6bbed9faa709073",
     "cr_recency_relevance|no_system_big_task": "b9e9e553ce49467b",
     "cr_relevance|no_system_big_task": "764392019c0e8593",
@@ -342,7 +347,7 @@ EXPECTED = {
     "clear_tool_uses|trace:appworld_like_7e2f_1": "370df3245318cd61",
     "compact|trace:appworld_like_7e2f_1": "f4ab62209cbd9948",
     "contextrender|trace:appworld_like_7e2f_1": "a7992904702f7ab0",
-    "contextrender_plus|trace:appworld_like_7e2f_1": "7e677df791da4c76",
+    "contextrender_plus|trace:appworld_like_7e2f_1": "5c3f68e7cbc0be10",
     "cr_recency|trace:appworld_like_7e2f_1": "4e41aa5dfd9b0a46",
     "cr_recency_relevance|trace:appworld_like_7e2f_1": "2968b8b5c60b716b",
     "cr_relevance|trace:appworld_like_7e2f_1": "b1730c8a6d1fd9de",
@@ -376,7 +381,7 @@ EXPECTED = {
     "clear_tool_uses|trace:swe_like_cfg_0042": "7da2fab5009bcf7a",
     "compact|trace:swe_like_cfg_0042": "01029354b80e05d7",
     "contextrender|trace:swe_like_cfg_0042": "df9fb18e3d4b8fa9",
-    "contextrender_plus|trace:swe_like_cfg_0042": "534f8a471f42650a",
+    "contextrender_plus|trace:swe_like_cfg_0042": "36498cf41c6bb360",
     "cr_recency|trace:swe_like_cfg_0042": "01cc713a3bffae43",
     "cr_recency_relevance|trace:swe_like_cfg_0042": "d6716ce60557da3b",
     "cr_relevance|trace:swe_like_cfg_0042": "96ae29fc0c628446",
@@ -410,7 +415,7 @@ EXPECTED = {
     "clear_tool_uses|trace:travel_parallel_01": "b321d17815f9e4f2",
     "compact|trace:travel_parallel_01": "248655e8ca3bb48a",
     "contextrender|trace:travel_parallel_01": "4aae2e5431a2286b",
-    "contextrender_plus|trace:travel_parallel_01": "4aae2e5431a2286b",
+    "contextrender_plus|trace:travel_parallel_01": "3d6f1e4bc219b02e",
     "cr_recency|trace:travel_parallel_01": "317e591fdefb09a5",
     "cr_recency_relevance|trace:travel_parallel_01": "4aae2e5431a2286b",
     "cr_relevance|trace:travel_parallel_01": "4aae2e5431a2286b",
@@ -462,6 +467,28 @@ EXPECTED = {
     "plus_tabular_only_fill|trace:swe_like_cfg_0042": "ea438633df63b737",
     "plus_tabular_only_fill|trace:travel_parallel_01": "317e591fdefb09a5",
     "plus_tabular_only_fill|verbatim_overflow": "b35c203b31984320",
+    "contextrender_cache_aware|multi_user": "f0d0fbbc578cd889",
+    "contextrender_cache_aware|no_system_big_task": "005ad4aaa501f3d2",
+    "contextrender_cache_aware|odd_roles": "60af1965d2f50507",
+    "contextrender_cache_aware|oversized": "04db9af94283a52c",
+    "contextrender_cache_aware|parallel": "d5835d32c42fabbe",
+    "contextrender_cache_aware|tiny": "18ee0b018b7cd3ec",
+    "contextrender_cache_aware|tool_heavy": "79e52fef6d1b06fe",
+    "contextrender_cache_aware|trace:appworld_like_7e2f_1": "7ea7e5fe2a8f2dbe",
+    "contextrender_cache_aware|trace:swe_like_cfg_0042": "09ed9f79445b297f",
+    "contextrender_cache_aware|trace:travel_parallel_01": "3d6f1e4bc219b02e",
+    "contextrender_cache_aware|verbatim_overflow": "5c25fb5df8fd8e11",
+    "plus_not_cache_aware|multi_user": "330c0ff59a56835b",
+    "plus_not_cache_aware|no_system_big_task": "6f93408080bfa12b",
+    "plus_not_cache_aware|odd_roles": "36a40d0048b7115d",
+    "plus_not_cache_aware|oversized": "5ed7d21ee2949887",
+    "plus_not_cache_aware|parallel": "eb416896a5d83875",
+    "plus_not_cache_aware|tiny": "18ee0b018b7cd3ec",
+    "plus_not_cache_aware|tool_heavy": "25d9557df2b66b6d",
+    "plus_not_cache_aware|trace:appworld_like_7e2f_1": "7e677df791da4c76",
+    "plus_not_cache_aware|trace:swe_like_cfg_0042": "534f8a471f42650a",
+    "plus_not_cache_aware|trace:travel_parallel_01": "4aae2e5431a2286b",
+    "plus_not_cache_aware|verbatim_overflow": "db33e17322fa60a5",
 }
 
 

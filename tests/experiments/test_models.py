@@ -93,3 +93,21 @@ def test_non_transient_errors_are_not_retried(scripted):
     with pytest.raises(litellm.BadRequestError):
         LiteLLMModel("scripted/m", cache=False, backoff_s=0.001).complete(MSGS)
     assert h.calls == 1
+
+
+class ScriptedAnthropicUsage(Scripted):
+    """Reports usage as litellm gives an Anthropic answer: every prompt token, of them the cache reads and writes."""
+
+    def completion(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        resp = super().completion(*args, **kwargs)
+        resp.usage = litellm.types.utils.Usage(prompt_tokens=3000, completion_tokens=9, total_tokens=3009,
+                                               cache_read_input_tokens=2000, cache_creation_input_tokens=800)
+        return resp
+
+
+def test_a_providers_cache_reads_and_writes_are_recorded(scripted, tmp_path):
+    """docs/method.md §14: a live answer's usage carries the provider's own cache reads and writes."""
+    scripted(ScriptedAnthropicUsage())
+    u = LiteLLMModel("scripted/m", cache=False).complete(MSGS).usage
+    assert (u.input, u.cached, u.cache_write, u.output) == (3000, 2000, 800, 9)
+    assert u.to_dict()["cache_write"] == 800

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextrender import ContextGraph, HashingEmbedder
+from contextrender.cache_aware import CacheAware
 from contextrender.compaction import ExtractiveCompactor
 from contextrender.plus import ContextRenderPlus, call_words
 from contextrender.registry import build_policy, method_config
@@ -189,14 +190,17 @@ def test_tabular_forms_never_exceed_the_budget(n, budget, tabular, stubs):
 
 
 def test_config_instantiates():
-    p = build_policy(method_config("contextrender_plus"), embedder=EMB)
+    aware = build_policy(method_config("contextrender_plus"), embedder=EMB)
+    # docs/method.md §15: the plus renders cache-aware by default, around the selector its config describes
+    assert isinstance(aware, CacheAware) and aware.name == "contextrender_plus" and aware.profile == "anthropic"
+    p = aware.inner
     assert isinstance(p, ContextRenderPlus) and p.name == "contextrender_plus"
     assert p.embedder is EMB  # runtime embedder injected (never the default local model)
     assert p.packing and p.id_forms and not p.learned_id_value and p.id_value == 0.4 and p.tabular_cap and p.learned_prior > 0
     assert p.lexical == 0.0
     assert p.params.lam == 0.3 and p.params.gamma == 0.2  # the paper's constants: nothing fitted
-    q = build_policy(method_config("contextrender_plus", {"packing": False, "id_forms": False, "lexical": 1.0}),
-                     embedder=EMB)
+    q = build_policy(method_config("contextrender_plus", {"packing": False, "id_forms": False, "lexical": 1.0,
+                                                          "cache_aware": False}), embedder=EMB)
     assert not q.packing and not q.id_forms and q.lexical == 1.0
     f = build_policy(method_config("contextrender_plus_fitted"), embedder=EMB)
     assert f.name == "contextrender_plus_fitted" and f.tool_prior and f.prior_weight > 0 and not f.id_forms

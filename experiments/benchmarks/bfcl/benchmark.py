@@ -131,6 +131,7 @@ class BFCLMultiTurn:
                    log: _TurnLog) -> None:
         while True:
             message = episode.step(tools)
+            log.steps += episode.take_rounds()  # each expand round (docs/method.md §16) is a tool-calling step
             calls = message.get("tool_calls") or []
             if not calls:
                 return
@@ -177,6 +178,10 @@ class BFCLMultiTurn:
             extra["oracle_hidden"] = [[t, name, list(values)] for t, name, values in hidden][:20]
         if isinstance(episode.model, OracleEpisode):
             extra["oracle_rereads"] = episode.model.rereads
+            if episode.model.expands:
+                extra["oracle_expansions"] = episode.model.expansions
+                extra["oracle_expand_log"] = [[t, args, list(values)]
+                                              for t, args, values in episode.model.expand_log][:20]
             if episode.model.reread_log:
                 extra["oracle_reread_log"] = [[t, name, list(values)]
                                               for t, name, values in episode.model.reread_log][:20]

@@ -223,7 +223,8 @@ class Tau2Bench:
             termination = limits(from_user(user.opening(task)))
             while termination is None:
                 message = log.step(tools)
-                steps += 1
+                # each expand round (docs/method.md §16) was an agent message and a tool message: τ²'s two steps
+                steps += 1 + 2 * episode.take_rounds()
                 calls = message.get("tool_calls") or []
                 if not calls:  # to the user
                     text = message.get("content") or ""
@@ -263,6 +264,10 @@ class Tau2Bench:
                 extra["oracle_hidden"] = [[t, name, list(values)] for t, name, values in hidden][
                     :_MAX_HIDDEN_IN_EXTRA]
             extra["oracle_rereads"] = model.rereads
+            if model.expands:
+                extra["oracle_expansions"] = model.expansions
+                extra["oracle_expand_log"] = [[t, args, list(values)] for t, args, values in model.expand_log][
+                    :_MAX_HIDDEN_IN_EXTRA]
             if model.reread_log:
                 extra["oracle_reread_log"] = [[t, name, list(values)] for t, name, values in model.reread_log][
                     :_MAX_HIDDEN_IN_EXTRA]
