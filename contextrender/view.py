@@ -11,7 +11,9 @@ transcript, the Tool-Flow Analysis reuse edges (docs/method.md §3: each use lin
 to the result it came from, labelled with the value) and the Later-Used
 Result Recall events of docs/method.md §7 with, per policy, whether each was hit, and the tool calls that
 needed a value only earlier tool results held, with, per policy, whether each was ready (call readiness:
-every such value visible in the render before it; docs/method.md).
+every such value visible in the render before it; docs/method.md). For a stored session it adds the model
+requests the proxy or ``wrap`` recorded, as the upstream billed them: the session's totals and each drawn
+invocation's own figures (prompt, read from the prompt cache, written to it; docs/service.md).
 :func:`render_html` turns that into one HTML file with everything inline —
 data, styles, script; no network, no CDN.
 
@@ -34,20 +36,21 @@ import html
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from contextrender.embed import HashingEmbedder
 from contextrender.events import Message
-from contextrender.graph import ContextGraph, Session
+from contextrender.graph import ContextGraph, RequestUsage, Session, UsageTotals
 from contextrender.readiness import NeedIndex, RenderedText
 from contextrender.recall import reuse_events
 from contextrender.render import Rendered, Scope, marker_text
 
 #: State codes in :attr:`ViewData.states` (one character per result per invocation).
-STATE_CODES = {"full": "F", "compacted": "C", "omitted": "O", "stub": "S", "tabular": "T", "not rendered": "N", "later": "-"}
+STATE_CODES = {"full": "F", "ids": "I", "tabular": "T", "compacted": "C", "omitted": "O", "stub": "S",
+               "not rendered": "N", "later": "-"}
 #: Placeholders the peer policies write for a result they hide (contextrender.baselines.peers).
 _PLACEHOLDERS = re.compile(r"^(<MASKED>|\(Tool result removed\)|\[cleared\]|\[Old tool result content cleared\]|"
                            r"Old environment output: \(\d+ lines omitted\)|\[omitted\])$")
@@ -76,6 +79,10 @@ class ViewData:
     #: {"from", "to": the invocations drawn, "invocations": how many the session has, "messages": its length,
     #:  "first_seq": the first message drawn, "earlier_results": results before it drawn since a render shows them}
     window: dict[str, Any] | None = None
+    #: A stored session's model requests as the upstream billed them (docs/service.md, "Prompt-cache usage"):
+    #: {"totals": UsageTotals.to_json(), "by_invocation": {t: [[n, api, prompt, cache_read, cache_write, output]]}}
+    #: (the counts null when a request's answer carried no usage); None for a transcript without them
+    cache: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"session": self.session, "budget": self.budget, "policies": list(self.policies),
@@ -83,7 +90,7 @@ class ViewData:
                 "invocations": self.invocations, "states": self.states, "scores": self.scores,
                 "tokens": self.tokens, "recall": self.recall,
                 "readiness": self.readiness or {"calls": [], "missing": {p: [] for p in self.policies}},
-                "window": self.window, "state_codes": STATE_CODES}
+                "window": self.window, "state_codes": STATE_CODES, "cache": self.cache}
 
 
 #: Invocations a view draws when the caller names none: the latest ones. Each drawn invocation costs one
@@ -250,9 +257,32 @@ class _Replay:
                 self.missing[name].extend(list(shown.missing(c)) for c in calls)
 
 
+class UsageSource(Protocol):
+    """Where a view reads a stored session's billed requests (a :class:`~contextrender.graph.Session` is one)."""
+
+    def prompt_usage_totals(self) -> UsageTotals: ...
+
+    def prompt_usage_rows(self, *, last: int | None = None, at_from: int | None = None,
+                          at_to: int | None = None) -> list[RequestUsage]: ...
+
+
+def _cache(usage: UsageSource, snaps: Sequence[int], t0: int, t1: int) -> dict[str, Any]:
+    """The page's prompt-cache data: the session's totals, and the requests that answered the drawn invocations
+    (a request answered invocation t when its answer goes to the seq of t's assistant message; read for the window
+    only)."""
+    at_inv = {snaps[t]: t for t in range(t0, t1 + 1)}
+    by_inv: dict[str, list[list[Any]]] = {}
+    for r in usage.prompt_usage_rows(at_from=snaps[t0], at_to=snaps[t1]):
+        if r.at in at_inv:
+            u = r.usage
+            figures = [None] * 4 if u is None else [u.prompt, u.cache_read, u.cache_write, u.output]
+            by_inv.setdefault(str(at_inv[r.at]), []).append([r.n, r.api, *figures])
+    return {"totals": usage.prompt_usage_totals().to_json(), "by_invocation": by_inv}
+
+
 def view_data(messages: Sequence[Mapping[str, Any] | Message], policies: Mapping[str, Any], budget: int, *,
               session_id: str = "session", window: ViewWindow | None = None, max_invocations: int | None = None,
-              max_bytes: int | None = None) -> ViewData:
+              max_bytes: int | None = None, usage: UsageSource | None = None) -> ViewData:
     """Replay ``messages`` through ``policies`` (name → policy) at ``budget``; see the module docstring.
 
     Args:
@@ -263,6 +293,7 @@ def view_data(messages: Sequence[Mapping[str, Any] | Message], policies: Mapping
         window: the invocations to draw (default: the latest :data:`DEFAULT_VIEW_INVOCATIONS`).
         max_invocations: refuse a window of more invocations (:class:`ViewLimitError`).
         max_bytes: refuse, before replaying anything, a window whose messages alone hold more characters.
+        usage: the stored session the transcript is, for its billed requests (:attr:`ViewData.cache`).
 
     Returns:
         The page's data: the window's invocations, the messages from the turn before it to its end, and
@@ -282,7 +313,8 @@ def view_data(messages: Sequence[Mapping[str, Any] | Message], policies: Mapping
     for t in range(t0, t1 + 1):
         replay.snapshot(t, snaps[t], lo)
     replay.add_upto(hi + 1)
-    return _page(replay, session_id, (t0, t1, len(snaps)), lo, hi)
+    page = _page(replay, session_id, (t0, t1, len(snaps)), lo, hi)
+    return page if usage is None else replace(page, cache=_cache(usage, snaps, t0, t1))
 
 
 def _shown_before(replay: _Replay, lo: int) -> set[int]:
@@ -332,7 +364,7 @@ def _page(replay: _Replay, session_id: str, span: tuple[int, int, int], lo: int,
 def method_view(messages: Sequence[Mapping[str, Any] | Message], methods: Sequence[str], budget: int, *,
                 session_id: str = "session", embedder: Any = None, compactor: Any = "extractive",
                 window: ViewWindow | None = None, max_invocations: int | None = None,
-                max_bytes: int | None = None) -> ViewData:
+                max_bytes: int | None = None, usage: UsageSource | None = None) -> ViewData:
     """The view of a transcript under registry methods, each a fresh policy replayed on its own graph copy.
 
     Args:
@@ -342,7 +374,7 @@ def method_view(messages: Sequence[Mapping[str, Any] | Message], methods: Sequen
         session_id: the name shown on the page.
         embedder: the embedder the methods use (default: the hashing embedder, which needs nothing).
         compactor: a compactor or its name (``extractive`` offline).
-        window, max_invocations, max_bytes: as :func:`view_data` takes them.
+        window, max_invocations, max_bytes, usage: as :func:`view_data` takes them.
 
     Returns:
         The page's data.
@@ -354,7 +386,7 @@ def method_view(messages: Sequence[Mapping[str, Any] | Message], methods: Sequen
     comp = make_compactor(compactor) if isinstance(compactor, str) else compactor
     policies = {m: build_policy(method_config(m), embedder=emb, compactor=comp) for m in methods}
     return view_data(messages, policies, budget, session_id=session_id, window=window,
-                     max_invocations=max_invocations, max_bytes=max_bytes)
+                     max_invocations=max_invocations, max_bytes=max_bytes, usage=usage)
 
 
 def render_html(data: ViewData, *, title: str | None = None) -> str:
@@ -419,4 +451,5 @@ def browser(page: str | Path, *, fragment: str = "", dump_dom: bool = False, scr
 
 
 __all__ = ["CHROMIUM_FLAGS", "DEFAULT_VIEW_INVOCATIONS", "MAX_VIEW_BYTES", "MAX_VIEW_INVOCATIONS", "STATE_CODES",
-           "ViewData", "ViewLimitError", "ViewWindow", "browser", "chromium", "method_view", "render_html", "view_data"]
+           "UsageSource", "ViewData", "ViewLimitError", "ViewWindow", "browser", "chromium", "method_view", "render_html",
+           "view_data"]

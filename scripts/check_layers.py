@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, str, int]] = [
     ("contextrender", "core", 0),
     ("contextrender.selector", "policies", 1),
     ("contextrender.plus", "policies", 1),
+    ("contextrender.cache_aware", "policies", 1),
     ("contextrender.registry", "policies", 1),
     ("contextrender.baselines", "policies", 1),
     ("contextrender.explain", "policies", 1),
@@ -109,7 +110,7 @@ POSITIONS = {"entry": (0.5, 4.0), "analysis": (0.2, 3.0), "harness": (0.2, 2.0),
 #: What each layer holds, under its name in the picture.
 LAYER_TEXT = {"entry": "cli, studies", "analysis": "analysis/  (contextrender.analysis)",
               "harness": "experiments/  (contextrender.experiments)",
-              "service": "service, wrapper, adapters", "policies": "selector, plus, registry, baselines/",
+              "service": "service, wrapper, adapters", "policies": "selector, plus, cache_aware, registry, baselines/",
               "core": "graph, tfa, render, readiness, ..."}
 
 

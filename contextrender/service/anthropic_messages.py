@@ -22,7 +22,11 @@ and their signatures, images untouched); an omitted result's ``tool_result`` get
 as its ``content``; a clipped task keeps its non-text blocks and its first text block carries the
 clipped text. The result always pairs: every ``tool_use`` has its ``tool_result`` in the next user
 message and every ``tool_result`` answers a ``tool_use`` of the assistant message just before it
-(:func:`repair_pairing` removes what a render left unpaired, which only ever lowers the count).
+(:func:`repair_pairing` removes what a render left unpaired, which only ever lowers the count), and user and
+no two user messages go together (:func:`alternating` merges two that the render left adjacent).
+The client's prompt-cache breakpoints stay valid (:func:`keep_breakpoints`): each one on a kept block
+stays there, one on a dropped block moves back to the nearest kept block that can carry it, and never
+more than :data:`MAX_BREAKPOINTS` go upstream.
 
 Nothing here knows about HTTP or the graph; request data is only read, never evaluated.
 """
@@ -34,8 +38,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contextrender.billing import PromptUsage
 from contextrender.service.errors import InvalidMessages
 from contextrender.service.results import RenderResult
+from contextrender.service.usage import prompt_usage as usage_counts
 
 SYSTEM = "system"
 USER = "user"
@@ -193,8 +199,25 @@ def _pieces(converted: Converted, render: RenderResult) -> list[_Piece]:
     return out
 
 
-def _with_text(blocks: Sequence[Any], text: str, keep: Callable[[Any], bool]) -> list[Any]:
-    """``blocks`` that ``keep`` accepts, their text blocks replaced by ``text`` in the first one's place."""
+#: A block the forwarding made from one of the client's, by id: (the new block, the client's block). The new
+#: block is held so that its id stays its own; :func:`keep_breakpoints` reads where each block came from.
+_Made = dict[int, tuple[Any, Any]]
+
+
+def _derived(block: Mapping[str, Any], made: _Made, **change: Any) -> dict[str, Any]:
+    """The client's ``block`` with ``change`` (every other key, ``cache_control`` included, in its place)."""
+    new = {**block, **change}
+    made[id(new)] = (new, block)
+    return new
+
+
+def _with_text(blocks: Sequence[Any], text: str, keep: Callable[[Any], bool], made: _Made) -> list[Any]:
+    """``blocks`` that ``keep`` accepts, their text blocks replaced by ``text`` in the first one's place — or, when
+    ``text`` is one text block's own text (a task left with the user's words, docs/method.md §5 "The task"),
+    by that block as sent."""
+    own = next((b for b in blocks if keep(b) and _kind(b) == "text" and b.get("text") == text), None) if text else None
+    if own is not None:
+        return [b for b in blocks if keep(b) and (_kind(b) != "text" or b is own)]
     out: list[Any] = []
     placed = False
     for b in blocks:
@@ -205,13 +228,13 @@ def _with_text(blocks: Sequence[Any], text: str, keep: Callable[[Any], bool]) ->
         elif not placed:
             placed = True
             if text:
-                out.append({**b, "text": text})
+                out.append(_derived(b, made, text=text))
     if text and not placed:
         out.append({"type": "text", "text": text})
     return out
 
 
-def _assistant_back(orig: Mapping[str, Any], piece: _Piece) -> Any:
+def _assistant_back(orig: Mapping[str, Any], piece: _Piece, made: _Made) -> Any:
     if not piece.changed:
         return orig
     text = piece.rendered.get("content") or ""
@@ -219,11 +242,16 @@ def _assistant_back(orig: Mapping[str, Any], piece: _Piece) -> Any:
     if not isinstance(content, list):
         return {**orig, "content": text}
     calls = set(_call_ids(piece.rendered))
-    return {**orig, "content": _with_text(content, text,
-                                          lambda b: _kind(b) != "tool_use" or b.get("id") in calls)}
+
+    def keep(b: Any) -> bool:
+        return _kind(b) != "tool_use" or b.get("id") in calls
+
+    if text == text_of(content):  # only calls went: its text blocks stay as sent (docs/service.md, "Cache breakpoints")
+        return {**orig, "content": [b for b in content if keep(b)]}
+    return {**orig, "content": _with_text(content, text, keep, made)}
 
 
-def _user_back(orig: Mapping[str, Any], pieces: Sequence[_Piece]) -> Any:
+def _user_back(orig: Mapping[str, Any], pieces: Sequence[_Piece], made: _Made) -> Any:
     """User message ``orig`` with only the rendered pieces of it, each as the render left it."""
     content = orig.get("content")
     own = next((p for p in pieces if p.origin is not None and p.origin.kind == USER), None)
@@ -235,11 +263,11 @@ def _user_back(orig: Mapping[str, Any], pieces: Sequence[_Piece]) -> Any:
         if _kind(b) == "tool_result":
             p = results.get(j)
             if p is not None:
-                kept.append(b if not p.changed else {**b, "content": p.rendered.get("content") or ""})
+                kept.append(b if not p.changed else _derived(b, made, content=p.rendered.get("content") or ""))
         elif own is not None:
             kept.append(b)
     if own is not None and own.changed:
-        kept = _with_text(kept, own.rendered.get("content") or "", lambda b: True)
+        kept = _with_text(kept, own.rendered.get("content") or "", lambda b: True, made)
     if len(kept) == len(content) and all(a is b for a, b in zip(kept, content, strict=True)):
         return orig
     return {**orig, "content": kept}
@@ -253,14 +281,19 @@ def _inserted(piece: _Piece) -> dict[str, Any] | None:
     return {"role": role, "content": text}
 
 
-def forwarded_messages(original: Sequence[Any], converted: Converted, render: RenderResult) -> list[Any]:
+def forwarded_messages(original: Sequence[Any], converted: Converted, render: RenderResult, *,
+                       request: Mapping[str, Any] | None = None) -> list[Any]:
     """The render of ``converted`` (the conversion of ``original``) as the client's own Messages API messages.
 
     After a sync, stored seq i is converted message i (``render.layout`` indexes ``converted``); each
     rendered message is mapped back to the request message it came from, the pieces of one user message
-    (its results, its own part) are put back together in their original block order, and pairing is
-    made valid (:func:`repair_pairing`).
+    (its results, its own part) are put back together in their original block order, pairing is made
+    valid (:func:`repair_pairing`), no two user messages are adjacent if the client's turns alternated (:func:`alternating`)
+    and the client's cache breakpoints are kept valid
+    (:func:`keep_breakpoints`). ``request``: the client's request body, whose ``tools``, ``system`` and
+    top-level ``cache_control`` breakpoints go upstream as sent and count towards the cap.
     """
+    made: _Made = {}
     groups: list[tuple[int | None, list[_Piece]]] = []
     for p in _pieces(converted, render):
         i = p.origin.index if p.origin is not None else None
@@ -273,12 +306,184 @@ def forwarded_messages(original: Sequence[Any], converted: Converted, render: Re
         if i is None:
             msg = _inserted(ps[0])
         elif ps[0].origin is not None and ps[0].origin.kind == ASSISTANT:
-            msg = _assistant_back(original[i], ps[0])
+            msg = _assistant_back(original[i], ps[0], made)
         else:
-            msg = _user_back(original[i], ps)
+            msg = _user_back(original[i], ps, made)
         if msg is not None:
             out.append(msg)
-    return repair_pairing(out)
+    out = repair_pairing(out)
+    if all(_role(a) != _role(b) for a, b in zip(original, original[1:], strict=False)):
+        out = alternating(out)  # a client that alternates gets a render that does
+    return keep_breakpoints(original, out, made, request)
+
+
+def _as_blocks(msg: Mapping[str, Any]) -> list[Any]:
+    content = msg.get("content")
+    if isinstance(content, list):
+        return list(content)
+    return [{"type": "text", "text": content}] if isinstance(content, str) and content else []
+
+
+def alternating(messages: Sequence[Any]) -> list[Any]:
+    """``messages`` with each run of adjacent user messages merged into one, their blocks in order.
+
+    The Messages API takes user and assistant turns in alternation; a render that leaves out the turns between
+    two messages of one role (an old assistant turn between the task and a later user turn, a user message
+    that was a client's wrapped blocks alone: docs/method.md §5) would send them back to back. Merging keeps
+    every block the render kept, each the client's own object (a string content becomes one text block), so
+    the breakpoints stay where they were; pairing stays valid, as a user message after another user message
+    holds no ``tool_result`` once repaired. Two assistant messages a repair left adjacent (one that lost its
+    calls) are not merged yet.
+    Messages not merged stay the same objects. :func:`forwarded_messages` merges when the client's own
+    messages alternate (every CLI and SDK here sends them so); a client that sent two of one role together
+    gets its messages as it sent them."""
+    out: list[Any] = []
+    for m in messages:
+        if out and _role(m) == USER and _role(out[-1]) == USER:
+            out[-1] = {**out[-1], "content": _as_blocks(out[-1]) + _as_blocks(m)}
+        else:
+            out.append(m)
+    return out
+
+
+# -- cache breakpoints (docs/service.md, "Cache breakpoints") -------------------------------------
+
+#: The most ``cache_control`` breakpoints the Messages API takes in one request (tools, system and messages
+#: together); it refuses a request with more.
+MAX_BREAKPOINTS = 4
+#: The blocks a breakpoint may be moved onto. The API refuses one on a thinking or redacted thinking block
+#: and on an empty text block; a kind not listed here is passed over, never marked.
+_CARRIERS = frozenset({"text", "image", "document", "tool_use", "tool_result"})
+
+
+def _breakpoint(block: Any) -> Mapping[str, Any] | None:
+    cc = block.get("cache_control") if isinstance(block, Mapping) else None
+    return cc if isinstance(cc, Mapping) else None
+
+
+def _content(item: Any) -> list[Any]:
+    """A message's (or a ``tool_result``'s) content blocks; none for a string."""
+    content = item.get("content") if isinstance(item, Mapping) else None
+    return content if isinstance(content, list) else []
+
+
+def _marks(block: Any) -> list[Mapping[str, Any]]:
+    """The breakpoints on ``block`` and, for a ``tool_result``, on the blocks of its content."""
+    inner = _content(block) if _kind(block) == "tool_result" else []
+    return [cc for b in (block, *inner) if (cc := _breakpoint(b)) is not None]
+
+
+def _can_carry(block: Any) -> bool:
+    kind = _kind(block)
+    return kind in _CARRIERS and (kind != "text" or bool(block.get("text")))
+
+
+def _one_hour(cc: Mapping[str, Any]) -> bool:
+    return cc.get("ttl") == "1h"
+
+
+def _outside_messages(request: Mapping[str, Any] | None) -> tuple[list[Mapping[str, Any]], Mapping[str, Any] | None]:
+    """The breakpoints a request carries outside its messages: on its tools and system blocks (in the order the
+    provider renders them, before every message), and a top-level ``cache_control`` (automatic caching, which
+    the provider puts on the last block: counted as one more)."""
+    if request is None:
+        return [], None
+    head: list[Mapping[str, Any]] = []
+    for part in (request.get("tools"), request.get("system")):
+        if isinstance(part, list):
+            head += [cc for b in part if (cc := _breakpoint(b)) is not None]
+    return head, _breakpoint(request)
+
+
+def _ttl_in_order(marks: Sequence[tuple[tuple[int, int], bool]], at: tuple[int, int], one_hour: bool) -> bool:
+    """Whether a breakpoint at ``at`` keeps every 1h breakpoint before every 5m one (the API's rule)."""
+    if one_hour:
+        return not any(where < at and not long for where, long in marks)
+    return not any(where > at and long for where, long in marks)
+
+
+def keep_breakpoints(original: Sequence[Any], forwarded: Sequence[Any],
+                     made: Mapping[int, tuple[Any, Any]] | None = None,
+                     request: Mapping[str, Any] | None = None) -> list[Any]:
+    """``forwarded`` (a render of the client's ``original`` messages) with the client's cache breakpoints valid.
+
+    The provider caches the prefix up to each ``cache_control`` breakpoint and a later request reads it
+    only if every block before it is unchanged (docs/service.md, "Cache breakpoints"). So a render keeps
+    what the client asked to have cached, and changes nothing the method did not choose:
+
+    1. a breakpoint on a block the render kept stays on it (kept blocks are the client's own objects; an
+       omitted result's ``tool_result`` keeps its own ``cache_control``);
+    2. a breakpoint the render dropped — with its block, or inside an omitted result's content — moves to
+       the nearest block at or before its place, in the same message or an earlier one, that the render
+       kept and that can carry one (not thinking, redacted thinking or empty text), so the prefix that is
+       left of what the client marked is still marked; if that block already carries one, nothing is added;
+    3. a moved breakpoint is left out if it would make more than :data:`MAX_BREAKPOINTS` in the request
+       (``request``'s tools, system and top-level ``cache_control`` counted) or put a 1h TTL after a 5m
+       one; the client's own are never removed, and nothing goes onto ``request``'s tools or system.
+
+    ``made``: the blocks forwarding derived from the client's (a marker in a ``tool_result``, a clipped
+    text), by id, as (derived block, the client's block). Messages that take no breakpoint stay the same
+    objects; one that does is a copy, the client's objects are never changed.
+    """
+    made = made or {}
+    where: dict[int, list[tuple[int, int]]] = {}
+    for i, m in enumerate(original):
+        for j, b in enumerate(_content(m)):
+            where.setdefault(id(b), []).append((i, j))
+    # each forwarded block's place in the client's request (None: the render's own); forwarded keeps the
+    # client's order, so a block object the client sent twice is at the next of its places
+    placed: list[tuple[tuple[int, int] | None, int, int]] = []
+    kept: dict[tuple[int, int], Any] = {}
+    last = (-1, -1)
+    for k, m in enumerate(forwarded):
+        for n, b in enumerate(_content(m)):
+            src = made[id(b)][1] if id(b) in made else b
+            pos = next((p for p in where.get(id(src), ()) if p > last), None)
+            if pos is not None:
+                kept[pos] = b
+                last = pos
+            placed.append((pos, k, n))
+    # each breakpoint the render lost (its block dropped, or the content it sat in replaced) and its place
+    lost: list[tuple[tuple[int, int], Mapping[str, Any]]] = []
+    for i, m in enumerate(original):
+        for j, b in enumerate(_content(m)):
+            still = {id(cc) for cc in _marks(kept.get((i, j)))}
+            lost += [((i, j), cc) for cc in _marks(b) if id(cc) not in still]
+    out = list(forwarded)
+    if not lost:
+        return out
+    head, top = _outside_messages(request)
+    marks = [((-1, n), _one_hour(cc)) for n, cc in enumerate(head)]
+    marks += [((k, n), _one_hour(cc)) for _, k, n in placed for cc in _marks(_content(out[k])[n])]
+    if top is not None:
+        marks.append(((len(out), 0), _one_hour(top)))
+    for limit, cc in lost:
+        target = _nearest_carrier(out, placed, limit)
+        if target is None:
+            continue
+        k, n = target
+        block = _content(out[k])[n]
+        if _marks(block) or len(marks) >= MAX_BREAKPOINTS or not _ttl_in_order(marks, target, _one_hour(cc)):
+            continue  # already marked there; or the cap, or the TTL order, leaves the moved one out
+        content = list(_content(out[k]))
+        content[n] = {**block, "cache_control": cc}
+        out[k] = {**out[k], "content": content}
+        marks.append((target, _one_hour(cc)))
+    return out
+
+
+def _nearest_carrier(out: Sequence[Any], placed: Sequence[tuple[tuple[int, int] | None, int, int]],
+                     limit: tuple[int, int]) -> tuple[int, int] | None:
+    """Where in ``out`` the kept block nearest at or before the client's place ``limit`` is that carries a
+    breakpoint or can carry one (None: there is none). The block at ``limit`` is there only when the render
+    kept it with other content (an omitted result), which is where a breakpoint inside it moves."""
+    for pos, k, n in reversed(placed):
+        if pos is None or pos > limit:
+            continue
+        block = _content(out[k])[n]
+        if _marks(block) or _can_carry(block):
+            return k, n
+    return None
 
 
 # -- pairing --------------------------------------------------------------------------------------
@@ -358,5 +563,63 @@ def pairing_errors(messages: Sequence[Any]) -> list[str]:
     return errors
 
 
-__all__ = ["Converted", "Origin", "assistant_message", "forwarded_messages", "pairing_errors", "repair_pairing",
-           "text_of", "to_openai", "tool_result_ids", "tool_use_ids"]
+# -- usage as billed (docs/service.md, "Prompt-cache usage") ----------------------------------------------
+
+#: The fields of a Messages API ``usage`` object that say what a request was billed.
+USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+def prompt_usage(usage: Any) -> PromptUsage | None:
+    """A Messages API answer's ``usage`` as billed, or None (unknown: absent, or not counts).
+
+    Anthropic's ``input_tokens`` is only the uncached part of the prompt: the prompt is it plus
+    ``cache_read_input_tokens`` (read from the cache) and ``cache_creation_input_tokens`` (written to it,
+    docs/method.md §14); ``output_tokens`` is the output.
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    return usage_counts(None, usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens"),
+                        usage.get("output_tokens"), uncached=usage.get("input_tokens"))
+
+
+def merged_usage(so_far: Mapping[str, Any], update: Any) -> dict[str, Any]:
+    """A streamed answer's usage after one more event's ``usage``: each of :data:`USAGE_FIELDS` the latest non-null
+    value given (``message_start`` carries the input and cache figures, each ``message_delta`` the output so far and
+    possibly the cumulative input and cache figures again); other fields are not kept."""
+    out = dict(so_far)
+    if isinstance(update, Mapping):
+        for name in USAGE_FIELDS:
+            if update.get(name) is not None:
+                out[name] = update[name]
+    return out
+
+
+
+# -- the expand tool's rounds (docs/service.md, "The expand tool") ------------------------------
+
+
+def expand_round(content: Sequence[Any], answers: Mapping[str, tuple[str, bool]]) -> list[dict[str, Any]]:
+    """What one answered round of ``contextrender_expand`` appends to a Messages API request: the assistant turn as
+    the upstream gave it (its ``content`` blocks; ``tool_use`` blocks the service did not answer left out, the
+    model makes those calls again) and a user turn of ``tool_result`` blocks, one per answered call in order.
+    ``answers``: per ``tool_use`` id, the result's text and whether it is an error."""
+    blocks = [b for b in content
+              if not (isinstance(b, Mapping) and b.get("type") == "tool_use" and b.get("id") not in answers)]
+    results: list[dict[str, Any]] = []
+    for cid, (text, error) in answers.items():
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": cid, "content": text}
+        if error:
+            block["is_error"] = True
+        results.append(block)
+    return [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
+
+
+def answer_content(data: Any) -> list[Any]:
+    """A whole Messages API answer's ``content`` blocks (empty when it has none)."""
+    content = data.get("content") if isinstance(data, Mapping) else None
+    return list(content) if isinstance(content, list) else []
+
+__all__ = ["MAX_BREAKPOINTS", "Converted", "Origin", "USAGE_FIELDS", "alternating", "answer_content",
+           "assistant_message", "expand_round", "forwarded_messages",
+           "keep_breakpoints", "merged_usage", "pairing_errors", "prompt_usage", "repair_pairing", "text_of", "to_openai",
+           "tool_result_ids", "tool_use_ids"]

@@ -43,6 +43,9 @@ stored: the graph holds messages only. Response headers
 ``X-ContextRender-Ready: k/n`` how many of the session's answered tool calls that needed a value only
 an earlier tool result held had it in the render they answered (call readiness; the calls of the
 latest answer, with what the render hid, at ``GET /sessions/{sid}/readiness``);
+``X-ContextRender-Cache`` the upstream's prompt-cache figures (a whole answer's own; on a stream, the
+session's earlier requests'), each answered request's usage being recorded in the session
+(docs/service.md, "Prompt-cache usage"; ``GET /stats``: the proxy's totals per API since start);
 ``X-ContextRender-Budget`` and ``X-ContextRender-Method`` request headers
 override the defaults per request (a method named there gets no CLI
 overrides). The session API (:mod:`contextrender.service.server`) is mounted too (``/sessions/...``),
@@ -65,6 +68,9 @@ import hmac
 import json
 import logging
 import os
+import socket
+import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -77,9 +83,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from contextrender import __version__
+from contextrender import expand as expand_tool
 from contextrender.adapters._common import derive_session_key, valid_session_id
+from contextrender.billing import PromptUsage
+from contextrender.graph import UsageTotals
 from contextrender.redact import redact
-from contextrender.service import anthropic_messages, responses_api
+from contextrender.service import anthropic_messages, chat_completions, expansion, responses_api
 from contextrender.service.errors import ErrorKind, ServiceError
 from contextrender.service.guard import AUTH_STATE_KEY, TOKEN_HEADER, AccessPolicy, Guard, error_body
 from contextrender.service.results import RenderResult
@@ -96,6 +105,7 @@ from contextrender.service.streams import (
     AnthropicStreamAssembler,
     ResponsesStreamAssembler,
     StreamAssembler,
+    chat_prompt_usage,
     forwarded_messages,
 )
 
@@ -110,6 +120,8 @@ BUDGET_HEADER = "x-contextrender-budget"
 METHOD_HEADER = "x-contextrender-method"
 #: Most digits the budget header may have (a budget is a token count: 9 digits is far beyond any context).
 MAX_BUDGET_DIGITS = 9
+#: The largest history budget a request may ask for: beyond every model's context window (a typo, not a budget).
+MAX_BUDGET = 10_000_000
 #: The Anthropic Messages API's route (Claude Code adds ``?beta=true``).
 MESSAGES_PATH = "/v1/messages"
 #: Where Anthropic clients put their key; a request that carries ``anthropic-version`` is one of theirs.
@@ -120,12 +132,27 @@ RESPONSES_PATH = "/v1/responses"
 MANAGED_HEADER = "x-contextrender-managed"
 #: What ``stateful_responses`` may be: refuse a request that relies on upstream state, or pass it through.
 STATEFUL_CHOICES = ("refuse", "passthrough")
+#: On a rendered answer: the upstream's prompt-cache figures (docs/service.md, "Prompt-cache usage").
+CACHE_HEADER = "x-contextrender-cache"
+#: The proxy's own totals since start, per rendered API.
+STATS_PATH = "/stats"
+
+
+def cache_header(usage: PromptUsage, scope: str, requests: int | None = None) -> str:
+    """``X-ContextRender-Cache``'s value: ``read=R; write=W; prompt=P; output=O; scope=S`` — the figures of this
+    request (``scope=request``: a whole answer) or of the session's earlier requests (``scope=session``, with
+    ``requests=K``, how many of them carried usage: a stream's headers go out before its own usage exists)."""
+    text = (f"read={usage.cache_read}; write={usage.cache_write}; prompt={usage.prompt}; output={usage.output}; "
+            f"scope={scope}")
+    return text if requests is None else f"{text}; requests={requests}"
 
 # Request headers not forwarded upstream (hop-by-hop, recomputed, or ours).
 _DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                  "te", "trailer", "transfer-encoding", "upgrade", "accept-encoding", "cookie"}
-# Response headers not relayed (httpx decodes the body, so length/encoding change).
-_DROP_RESPONSE = {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"}
+# Response headers not relayed (httpx decodes the body, so length/encoding change; the proxy's own server adds
+# ``date`` and ``server``, so the upstream's would make two of each).
+_DROP_RESPONSE = {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "date",
+                  "server"}
 
 
 def _oai_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -254,11 +281,51 @@ def _no_constants(name: str) -> Any:
 STATUS_OF_KIND: Mapping[ErrorKind, int] = {**SESSION_STATUS_OF_KIND, ErrorKind.BAD_REQUEST: 400}
 
 
-def _unreachable(exc: Exception, error: Callable[[int, str], JSONResponse] = _oai_error) -> JSONResponse:
-    # The exception text may carry the URL (and any credentials in it): name the type only.
+def upstream_failure(exc: Exception) -> tuple[int, str, bool]:
+    """(status, message, worth retrying) for a request the upstream never answered: the upstream URL it went to
+    (scheme, host, port and path; no credentials or query) and why — refused, DNS, TLS, timed out."""
+    try:
+        request = exc.request if isinstance(exc, httpx.RequestError) else None
+    except RuntimeError:  # an error raised before a request was built
+        request = None
+    where = "the upstream"
+    if request is not None:
+        url = request.url.copy_with(query=None, fragment=None, username=None, password=None)
+        where = redact(str(url))
+    chain: list[BaseException] = []  # the error and what caused it (anyio wraps the OS error twice)
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 8 and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    text = " ".join(f"{type(c).__name__} {c}" for c in chain).lower()
     if isinstance(exc, httpx.TimeoutException):
-        return error(504, f"upstream timed out ({type(exc).__name__})")
-    return error(502, f"upstream unreachable ({type(exc).__name__})")
+        phase = {httpx.ConnectTimeout: "connecting", httpx.ReadTimeout: "waiting for its answer",
+                 httpx.WriteTimeout: "sending the request", httpx.PoolTimeout: "waiting for a free connection"}
+        during = next((v for k, v in phase.items() if isinstance(exc, k)), "")
+        return 504, f"upstream {where} timed out{' ' + during if during else ''} ({type(exc).__name__})", True
+    if any(isinstance(c, ConnectionRefusedError) for c in chain) or "refused" in text:
+        cause, retry = "connection refused: is the upstream running, and is --upstream right?", False
+    elif any(isinstance(c, socket.gaierror) for c in chain) or any(k in text for k in ("name or service not known", "nodename nor servname", "getaddrinfo",
+                                  "name resolution", "no address associated")):
+        cause, retry = "its host name does not resolve (DNS)", False
+    elif any(isinstance(c, ssl.SSLError) for c in chain) or "ssl" in text or "certificate" in text:
+        cause, retry = "TLS handshake failed (certificate or protocol)", False
+    elif isinstance(exc, httpx.RemoteProtocolError):
+        cause, retry = "it closed the connection without an answer", True
+    else:
+        cause, retry = "connection failed", True
+    return 502, f"upstream {where} unreachable: {cause} ({type(exc).__name__})", retry
+
+
+def _unreachable(exc: Exception, error: Callable[[int, str], JSONResponse] = _oai_error) -> JSONResponse:
+    """The API's own error shape for an upstream that never answered, logged at WARNING. A failure that retrying
+    cannot fix (refused, DNS, TLS) says ``x-should-retry: false``, which the openai and anthropic SDKs (and the
+    CLIs built on them) honour, so the client reports it at once instead of backing off for a minute."""
+    status, message, retry = upstream_failure(exc)
+    log.warning("%s", message)
+    resp = error(status, message)
+    resp.headers["x-should-retry"] = "true" if retry else "false"
+    return resp
 
 
 def _relay_headers(resp: httpx.Response, extra: dict[str, str]) -> dict[str, str]:
@@ -365,6 +432,11 @@ class ProxyState:
     client: httpx.AsyncClient | None = None
     stateful_responses: str = "refuse"  # one of STATEFUL_CHOICES
     warned: set[str] = field(default_factory=set)  # what warn_once has logged
+    #: Per rendered API (:data:`APIS`), the requests answered since start and their billed figures (``GET /stats``).
+    stats: dict[str, UsageTotals] = field(default_factory=dict)
+    stats_lock: threading.Lock = field(default_factory=threading.Lock)
+    expansions: int = 0  # contextrender_expand calls answered since start (``GET /stats``)
+    started: float = field(default_factory=time.time)  # Unix time the proxy's state was built
 
     def warn_once(self, what: str, message: str, *args: Any) -> None:
         """Log ``message`` at warning level the first time ``what`` happens (bounded: a few fixed kinds)."""
@@ -412,6 +484,33 @@ class ProxyState:
             self.service.append(sid, [message])
         except Exception as e:  # noqa: BLE001 - any failure is logged, the client still gets its answer
             log.warning("session %s: response not recorded: %s", sid, redact(str(getattr(e, "message", e))))
+
+    def record_answer(self, res: RenderResult, api: _Api, message: Any, usage: PromptUsage | None,
+                      streamed: bool) -> None:
+        """An upstream answer to the request ``res`` rendered: its assistant message (None: none to record) and its
+        usage as billed (None: unknown) go into the session, and the proxy's totals count it. Best effort, as
+        :meth:`record`."""
+        if message is not None:
+            self.record(res.session, message)
+        with self.stats_lock:
+            self.stats[api.name] = self.stats.get(api.name, UsageTotals()).add(usage)
+        try:
+            self.service.record_usage(res.session, api.name, usage, streamed=streamed, at=res.stored)
+        except Exception as e:  # noqa: BLE001 - as for the message: logged, never breaks the answer
+            log.warning("session %s: usage not recorded: %s", res.session, redact(str(getattr(e, "message", e))))
+
+    def stats_json(self) -> dict[str, Any]:
+        """``GET /stats``: since when, per rendered API the answered requests (each upstream request, expand rounds
+        included) and their billed figures, and the expand calls the proxy answered."""
+        with self.stats_lock:
+            per = {name: self.stats.get(name, UsageTotals()) for name in APIS}
+            expansions = self.expansions
+        everything = UsageTotals()
+        for t in per.values():
+            everything = UsageTotals(everything.requests + t.requests, everything.known + t.known,
+                                     everything.usage + t.usage)
+        return {"since": self.started, "apis": {name: t.to_json() for name, t in per.items()},
+                "total": everything.to_json(), "expand_calls": expansions}
 
 
 def _proxy_state(upstream: str, graph_path: str, *, budget: int, method: str, overrides: dict[str, Any] | None,
@@ -487,6 +586,7 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
                   openapi_url=None)
     app.state.service = state.service
     app.state.key_locks = state.key_locks
+    app.state.proxy = state
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(Guard, policy=access, body_types=_proxy_body_types)
     app.add_middleware(_ApiKeyToken, token=access.token)  # outside the guard: it runs first
@@ -507,7 +607,8 @@ def create_proxy_app(upstream: str, graph_path: str = ":memory:", *, budget: int
 
 
 def _add_proxy_routes(app: FastAPI, state: ProxyState) -> None:
-    """The API routes: chat completions and messages rendered, the model list and every other path relayed."""
+    """The API routes: chat completions and messages rendered, the model list and every other path relayed, and
+    the proxy's usage totals (``GET /stats``)."""
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(request: Request) -> Response:
@@ -536,6 +637,12 @@ def _add_proxy_routes(app: FastAPI, state: ProxyState) -> None:
             log.info("%s/count_tokens is passed through: it counts the client's full history, not the render "
                      "the proxy sends", MESSAGES_PATH)
         return await passthrough("messages/count_tokens", request)
+
+    @app.get(STATS_PATH)
+    async def stats() -> dict[str, Any]:
+        """The proxy's totals since start, per rendered API: answered requests, those with usage, and the
+        upstream's billed figures summed (docs/service.md, "Prompt-cache usage")."""
+        return state.stats_json()
 
     @app.get("/v1/models", response_model=None)
     async def models(request: Request) -> Response:
@@ -654,6 +761,10 @@ def _render_settings(state: ProxyState, messages: list[Any], headers: Mapping[st
             return _oai_error(400, f"{BUDGET_HEADER} must be a positive integer of at most {MAX_BUDGET_DIGITS} "
                                    "digits (tokens of history)")
         b = int(raw_b)
+        if not 1 <= b <= MAX_BUDGET:
+            return _oai_error(400, f"{BUDGET_HEADER}: {b} tokens is not a history budget: give B between 1 and "
+                                   f"{MAX_BUDGET:,} (the tokens of history each request may send), or drop the "
+                                   f"header to use the proxy's default ({state.budget})")
     m = headers.get(METHOD_HEADER) or state.method
     return key, b, m, state.overrides if m == state.method else None
 
@@ -686,9 +797,9 @@ async def handle_chat_completions(state: ProxyState, request: Request) -> Respon
     if isinstance(req, JSONResponse):
         return req
 
-    def render() -> tuple[RenderResult, dict[str, Any]]:
-        res = state.service.render(req.key, messages=req.messages, budget=req.budget, method=req.method,
-                                   overrides=req.overrides, on_conflict="fork")
+    def render(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+        res = state.service.render(req.key, messages=req.messages, budget=budget, method=req.method,
+                                   overrides=req.overrides, on_conflict="fork", offer_expand=True)
         return res, {**req.body, "messages": forwarded_messages(req.messages, res)}
 
     return await _relay_rendered(state, request, req.key, req.budget, render, CHAT_API)
@@ -724,6 +835,16 @@ async def unless_disconnected(request: Request, work: Awaitable[Response]) -> Re
     return Response(status_code=CLIENT_GONE)
 
 
+def startup_line(app: FastAPI, listen: str, graph_path: str) -> str:
+    """The one line a started proxy prints: where it listens, where each API goes, B, the method, the embedder,
+    the graph file (no credentials or query of the upstream URL)."""
+    state: ProxyState = app.state.proxy
+    apis = {"Chat Completions": "chat/completions", "Responses": "responses", "Messages": "messages"}
+    routes = "; ".join(f"{name} -> {redact(_api_url(state, path))}" for name, path in apis.items())
+    return (f"contextrender proxy: listening on {listen}; {routes}; B={state.budget}, method={state.method}, "
+            f"embedder={getattr(state.service.embedder, 'name', '?')}, graph={graph_path}")
+
+
 def _api_url(state: ProxyState, path: str) -> str:
     """The upstream URL of one of the rendered APIs' fixed paths."""
     url = _below(state.base_url, path)
@@ -738,52 +859,83 @@ class _Unrecorded(Exception):
 @dataclass(frozen=True)
 class _Api:
     """What differs between the rendered APIs once the conversation is rendered: where the request goes, whose
-    headers and error shape the client speaks, how a streamed answer is assembled and a whole one read."""
+    headers and error shape the client speaks, how a streamed answer is assembled and a whole one read (its
+    assistant message, and its ``usage`` object as billed: each API's own reader)."""
 
+    name: str  # what the usage rows and /stats call it
     path: str  # below the upstream base URL
     anthropic: bool | None  # the client's key header (None: by its anthropic-version header)
     error: Callable[[int, str], JSONResponse]
     assembler: Callable[[], _Assembler]
-    answer: Callable[[httpx.Response], dict[str, Any]]  # the assistant message to record; raises _Unrecorded
+    answer: Callable[[Any], dict[str, Any]]  # the assistant message of the JSON body to record; raises _Unrecorded
+    usage: Callable[[Any], PromptUsage | None]  # the JSON body's ``usage`` object as billed (None: unknown)
+    wire: expansion.Wire  # the expand tool's pieces in this API's shape
 
 
-def _chat_answer(up: httpx.Response) -> dict[str, Any]:
+def _chat_answer(data: Any) -> dict[str, Any]:
     try:
-        msg = dict(up.json()["choices"][0]["message"])
+        msg = dict(data["choices"][0]["message"])
     except (ValueError, KeyError, IndexError, TypeError) as e:
         raise _Unrecorded(f"upstream answer has no choices[0].message ({type(e).__name__}); not recorded") from None
     msg.setdefault("role", "assistant")
     return msg
 
 
-def _messages_answer(up: httpx.Response) -> dict[str, Any]:
+def _messages_answer(data: Any) -> dict[str, Any]:
     try:
-        return anthropic_messages.assistant_message(up.json()["content"])
+        return anthropic_messages.assistant_message(data["content"])
     except (ValueError, KeyError, TypeError, ServiceError) as e:
         raise _Unrecorded(f"upstream answer has no content blocks ({type(e).__name__}); not recorded") from None
 
 
-def _responses_answer(up: httpx.Response) -> dict[str, Any]:
+def _responses_answer(data: Any) -> dict[str, Any]:
     try:
-        data = up.json()
         output = data.get("output") if isinstance(data, dict) else None
         if isinstance(output, list) and output:
             return responses_api.assistant_message(output)
-    except (ValueError, ServiceError) as e:  # not JSON, or an item it cannot read (a call without call_id)
+    except ServiceError as e:  # an item it cannot read (a call without call_id)
         raise _Unrecorded(f"upstream response not recorded ({type(e).__name__})") from None
     raise _Unrecorded("upstream response not recorded (no output items)")
 
 
-CHAT_API = _Api("chat/completions", None, _oai_error, StreamAssembler, _chat_answer)
-MESSAGES_API = _Api("messages", True, _anthropic_error, AnthropicStreamAssembler, _messages_answer)
-RESPONSES_API = _Api("responses", False, _oai_error, ResponsesStreamAssembler, _responses_answer)
+def _json_of(up: httpx.Response) -> Any:
+    """The upstream's JSON body, parsed once for both readers (None when it is not JSON: nothing to read)."""
+    try:
+        return up.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _chat_tool_name(tool: Any) -> str | None:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn.get("name") if isinstance(fn, dict) else None
+
+
+def _tool_name(tool: Any) -> str | None:
+    return tool.get("name") if isinstance(tool, dict) else None
+
+
+CHAT_API = _Api("chat", "chat/completions", None, _oai_error, StreamAssembler, _chat_answer, chat_prompt_usage,
+                expansion.Wire("messages", expand_tool.chat_tool, _chat_tool_name, chat_completions.answer_message,
+                               lambda asm: asm.message(), chat_completions.expand_round))
+MESSAGES_API = _Api("messages", "messages", True, _anthropic_error, AnthropicStreamAssembler, _messages_answer,
+                    anthropic_messages.prompt_usage,
+                    expansion.Wire("messages", expand_tool.messages_tool, _tool_name, anthropic_messages.answer_content,
+                                   lambda asm: asm.content(), anthropic_messages.expand_round))
+RESPONSES_API = _Api("responses", "responses", False, _oai_error, ResponsesStreamAssembler, _responses_answer,
+                     responses_api.prompt_usage,
+                     expansion.Wire("input", expand_tool.responses_tool, _tool_name, responses_api.answer_output,
+                                    lambda asm: asm.output(), responses_api.expand_round))
+#: The rendered APIs, by the name their usage is counted under.
+APIS: Mapping[str, _Api] = {a.name: a for a in (CHAT_API, MESSAGES_API, RESPONSES_API)}
 
 
 async def _relay_rendered(state: ProxyState, request: Request, key: str, budget: int,
-                          render: Callable[[], tuple[RenderResult, dict[str, Any]]], api: _Api,
+                          render: Callable[[int], tuple[RenderResult, dict[str, Any]]], api: _Api,
                           params: httpx.QueryParams | None = None) -> Response:
-    """The steps every rendered API shares: under the session's lock, ``render`` (in a worker thread: sync, render,
-    and the body to forward), then forward it and record and relay the answer.
+    """The steps every rendered API shares: under the session's lock, ``render`` (in a worker thread: sync, render
+    under the budget it is given, and the body to forward), then forward it and record and relay the answer — through
+    the expand loop (:func:`_forward_expanding`) when the render's markers carry handles.
 
     Requests of one session run one at a time: the lock is held until the answer is recorded (for a stream,
     until the relay ends, when the relaying response releases it).
@@ -793,21 +945,27 @@ async def _relay_rendered(state: ProxyState, request: Request, key: str, budget:
     try:
         t0 = time.perf_counter()
         try:
-            res, fwd = await run_in_threadpool(render)
+            res, fwd = await run_in_threadpool(render, budget)
         except ServiceError as e:
             return api.error(STATUS_OF_KIND[e.kind], e.message)
         extra = _answer_headers(res, budget)
         _log_render(res, budget, time.perf_counter() - t0)
-        payload = json.dumps(fwd, ensure_ascii=False).encode()
         headers = state.upstream_headers(request, anthropic=api.anthropic)
         headers["content-type"] = "application/json"
         url = _api_url(state, api.path)
         params = state.base_params if params is None else params
+        if expansion.offers(res) and _can_expand(api, fwd):
+            loop = expansion.Loop(state.service, res, api.wire, fwd, budget)
+            return await unless_disconnected(request, _forward_expanding(state, loop, render, url, params, headers,
+                                                                         extra, api))
+        payload = json.dumps(fwd, ensure_ascii=False).encode()
         if not fwd.get("stream"):
-            return await unless_disconnected(request, _forward(state, res.session, url, params, payload, headers,
-                                                               extra, api))
-        out = await unless_disconnected(request, _forward_stream(state, res.session, url, params, payload, headers,
-                                                                 extra, release, api.assembler))
+            return await unless_disconnected(request, _forward(state, res, url, params, payload, headers, extra,
+                                                               api))
+        if res.prompt_usage.known:  # docs/service.md, "Prompt-cache usage": the session's before this request
+            extra[CACHE_HEADER] = cache_header(res.prompt_usage.usage, "session", res.prompt_usage.known)
+        out = await unless_disconnected(request, _forward_stream(state, res, url, params, payload, headers,
+                                                                 extra, release, api))
         handed_off = isinstance(out, _RelayResponse)
         return out
     finally:
@@ -815,35 +973,43 @@ async def _relay_rendered(state: ProxyState, request: Request, key: str, budget:
             release()
 
 
-async def _forward(state: ProxyState, sid: str, url: str, params: httpx.QueryParams, payload: bytes,
+async def _forward(state: ProxyState, res: RenderResult, url: str, params: httpx.QueryParams, payload: bytes,
                    headers: dict[str, str], extra: dict[str, str], api: _Api) -> Response:
-    """A non-streaming answer: forward, record the assistant message it holds, answer with the upstream's response."""
+    """A non-streaming answer: forward, record the assistant message it holds and its usage, answer with the
+    upstream's response (and this request's usage in ``X-ContextRender-Cache``)."""
     try:
         up = await state.http.post(url, content=payload, headers=headers, params=params)
     except httpx.HTTPError as e:
         return _unreachable(e, api.error)
     if up.status_code < 400:
-        try:
-            msg = api.answer(up)
-        except _Unrecorded as e:
-            log.warning("session %s: %s", sid, e)
+        data = _json_of(up)
+        usage = api.usage(data.get("usage")) if isinstance(data, dict) else None
+        msg = None
+        if data is None:
+            log.warning("session %s: upstream answer is not JSON; not recorded", res.session)
         else:
-            await run_in_threadpool(state.record, sid, msg)
+            try:
+                msg = api.answer(data)
+            except _Unrecorded as e:
+                log.warning("session %s: %s", res.session, e)
+        await run_in_threadpool(state.record_answer, res, api, msg, usage, False)
+        if usage is not None:  # docs/service.md, "Prompt-cache usage": a whole answer's own figures
+            extra = {**extra, CACHE_HEADER: cache_header(usage, "request")}
     return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
 
 
-async def _forward_stream(state: ProxyState, sid: str, url: str, params: httpx.QueryParams, payload: bytes,
-                          headers: dict[str, str], extra: dict[str, str], release: Callable[[], None],
-                          assembler: Callable[[], _Assembler]) -> Response:
+async def _forward_stream(state: ProxyState, res: RenderResult, url: str, params: httpx.QueryParams,
+                          payload: bytes, headers: dict[str, str], extra: dict[str, str],
+                          release: Callable[[], None], api: _Api) -> Response:
     """A streaming answer: an upstream error comes back whole; a stream is relayed as it arrives
-    (:func:`_relay`, ``assembler`` putting the answer together for the record), and the response that relays
-    it takes over ``release``."""
+    (:func:`_relay`, ``api``'s assembler putting the answer together for the record), and the response that
+    relays it takes over ``release``."""
     client = state.http
     try:
         up = await client.send(client.build_request("POST", url, content=payload, headers=headers, params=params),
                                stream=True)
     except httpx.HTTPError as e:
-        return _unreachable(e)
+        return _unreachable(e, api.error)
     if up.status_code >= 400:
         return await _read_whole(up, extra)
     closed = False
@@ -857,8 +1023,91 @@ async def _forward_stream(state: ProxyState, sid: str, url: str, params: httpx.Q
             finally:
                 release()
 
-    return _RelayResponse(_relay(state, up, sid, assembler), on_close, status_code=up.status_code,
+    return _RelayResponse(_relay(state, up, res, api), on_close, status_code=up.status_code,
                           headers=_relay_headers(up, extra))
+
+
+def _can_expand(api: _Api, fwd: Mapping[str, Any]) -> bool:
+    """Whether the expand loop can run on this forwarded body: its history is a list (and, for the Messages API,
+    ends with the user's turn: an assistant prefill is continued by the model, not answered)."""
+    history = fwd.get(api.wire.history)
+    if not isinstance(history, list) or not history:
+        return False
+    return api is not MESSAGES_API or (isinstance(history[-1], dict) and history[-1].get("role") == "user")
+
+
+async def _forward_expanding(state: ProxyState, loop: expansion.Loop, render: Callable[[int], tuple[RenderResult,
+                             dict[str, Any]]], url: str, params: httpx.QueryParams, headers: dict[str, str],
+                             extra: dict[str, str], api: _Api) -> Response:
+    """The expand loop (:mod:`~contextrender.service.expansion`): forward with the tool added; an answer that calls
+    it is answered here and the request sent again with the round appended; the first answer without expand calls
+    is the client's, recorded and relayed as it came (a stream is read whole first, then relayed byte for byte: the
+    client sees no stream of an answer that was not its own). Every round's usage is recorded as billed."""
+    res = loop.res
+    client = state.http
+    while True:
+        payload = json.dumps(loop.body(), ensure_ascii=False).encode()
+        streamed = bool(loop.fwd.get("stream"))
+        chunks: list[bytes] = []
+        try:
+            if streamed:
+                up = await client.send(client.build_request("POST", url, content=payload, headers=headers,
+                                                            params=params), stream=True)
+                if up.status_code >= 400:
+                    return await _read_whole(up, extra)
+                asm = api.assembler()
+                try:
+                    async for chunk in up.aiter_bytes():
+                        chunks.append(chunk)
+                        asm.feed(chunk)
+                finally:
+                    await up.aclose()
+                asm.close()
+                complete = asm.complete
+                msg = asm.message() if complete else None
+                raw = api.wire.streamed(asm) if complete else None
+                usage = asm.usage()
+            else:
+                up = await client.post(url, content=payload, headers=headers, params=params)
+                if up.status_code >= 400:
+                    return Response(up.content, status_code=up.status_code, headers=_relay_headers(up, extra))
+                data = _json_of(up)
+                try:
+                    msg = api.answer(data) if data is not None else None
+                except _Unrecorded:
+                    msg = None
+                raw = api.wire.whole(data)
+                usage = api.usage(data.get("usage")) if isinstance(data, dict) else None
+        except httpx.HTTPError as e:
+            return _unreachable(e, api.error)
+        if msg is None or not expansion.expand_calls(msg):  # the client's answer
+            await run_in_threadpool(state.record_answer, res, api, msg, usage, streamed)
+            final = dict(extra)
+            if loop.expanded:
+                final[expansion.EXPANSIONS_HEADER] = str(loop.expanded)
+            if loop.rerendered:
+                final[expansion.RERENDERS_HEADER] = str(loop.rerendered)
+            if usage is not None and not streamed:
+                final[CACHE_HEADER] = cache_header(usage, "request")
+            body = b"".join(chunks) if streamed else up.content
+            return Response(body, status_code=up.status_code, headers=_relay_headers(up, final))
+        await run_in_threadpool(state.record_answer, res, api, None, usage, streamed)  # billed, not the client's
+        try:
+            again = await run_in_threadpool(loop.answer, msg, raw)
+        except expansion.Stop as e:
+            log.warning("session %s: %s", res.session, e)
+            return api.error(502, str(e))
+        except ServiceError as e:
+            return api.error(STATUS_OF_KIND[e.kind], e.message)
+        with state.stats_lock:
+            state.expansions += len(expansion.expand_calls(msg))
+        if again is not None:
+            try:
+                loop.rendered_again(*await run_in_threadpool(render, again))
+            except ServiceError as e:
+                return api.error(STATUS_OF_KIND[e.kind], e.message)
+        log.info("session %s: expand round %d answered (%d expansions so far, +%d history tokens)", res.session,
+                 loop.rounds, loop.expanded, loop.added)
 
 
 async def _read_whole(up: httpx.Response, extra: dict[str, str]) -> Response:
@@ -871,11 +1120,11 @@ async def _read_whole(up: httpx.Response, extra: dict[str, str]) -> Response:
     return Response(data, status_code=up.status_code, headers=_relay_headers(up, extra))
 
 
-async def _relay(state: ProxyState, up: httpx.Response, sid: str,
-                 assembler: Callable[[], _Assembler] = StreamAssembler) -> AsyncIterator[bytes]:
-    """The upstream's chunks, unchanged, while the answer is assembled and recorded (best effort)."""
+async def _relay(state: ProxyState, up: httpx.Response, res: RenderResult, api: _Api) -> AsyncIterator[bytes]:
+    """The upstream's chunks, unchanged, while the answer is assembled and recorded with its usage (best effort)."""
     # Relay first: a chunk reaches the client whatever assembling or recording it does.
-    asm: _Assembler | None = assembler()
+    sid = res.session
+    asm: _Assembler | None = api.assembler()
     recorded = False
     async for chunk in up.aiter_bytes():
         if asm is not None:
@@ -885,22 +1134,27 @@ async def _relay(state: ProxyState, up: httpx.Response, sid: str,
                 log.warning("session %s: cannot assemble the stream (%s); not recorded", sid, type(e).__name__)
                 asm = None
         if asm is not None and asm.done and asm.complete and not recorded:
-            # Record before the client sees [DONE] (message_stop): its next request carries this message.
-            await run_in_threadpool(state.record, sid, asm.message())
+            # Record before the client sees [DONE] (message_stop): its next request carries this message. Every
+            # API's usage has come by then (chat's in the chunk before [DONE]).
+            await run_in_threadpool(state.record_answer, res, api, asm.message(), asm.usage(), True)
             recorded = True
         yield chunk
-    if asm is None or recorded:
+    if recorded:
         return
+    msg = None
     try:
-        asm.close()
+        if asm is not None:
+            asm.close()
+            if asm.complete:
+                msg = asm.message()
+            else:
+                log.warning("session %s: upstream stream ended without %s (or with an error); not recorded", sid,
+                            asm.FINISH)
     except Exception as e:  # noqa: BLE001
         log.warning("session %s: cannot assemble the stream (%s); not recorded", sid, type(e).__name__)
-        return
-    if asm.complete:
-        await run_in_threadpool(state.record, sid, asm.message())
-    else:
-        log.warning("session %s: upstream stream ended without %s (or with an error); not recorded", sid,
-                    asm.FINISH)
+        asm = None
+    # The upstream answered: its usage is recorded whatever became of the message (unknown without one).
+    await run_in_threadpool(state.record_answer, res, api, msg, asm.usage() if asm is not None else None, True)
 
 
 
@@ -954,11 +1208,13 @@ async def handle_messages(state: ProxyState, request: Request) -> Response:
     if isinstance(req, JSONResponse):
         return req
 
-    def render() -> tuple[RenderResult, dict[str, Any]]:
-        res = state.service.render(req.key, messages=list(req.converted.messages), budget=req.budget,
-                                   method=req.method, overrides=req.overrides, on_conflict="fork")
+    def render(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+        res = state.service.render(req.key, messages=list(req.converted.messages), budget=budget,
+                                   method=req.method, overrides=req.overrides, on_conflict="fork",
+                                   offer_expand=True)
         return res, {**req.body, "messages": anthropic_messages.forwarded_messages(req.body["messages"],
-                                                                                  req.converted, res)}
+                                                                                  req.converted, res,
+                                                                                  request=req.body)}
 
     return await _relay_rendered(state, request, req.key, req.budget, render, MESSAGES_API,
                                  state.base_params.merge(request.query_params))
@@ -1065,10 +1321,11 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
     if isinstance(req, JSONResponse):
         return req
 
-    def render() -> tuple[RenderResult, dict[str, Any]]:
+    def render(budget: int) -> tuple[RenderResult, dict[str, Any]]:
         converted = req.conversation(state.service)  # under the session's lock: it may read the stored answers
-        res = state.service.render(req.key, messages=list(converted.messages), budget=req.budget,
-                                   method=req.method, overrides=req.overrides, on_conflict="fork")
+        res = state.service.render(req.key, messages=list(converted.messages), budget=budget,
+                                   method=req.method, overrides=req.overrides, on_conflict="fork",
+                                   offer_expand=True)
         return res, {**req.body, "input": responses_api.forwarded_input(req.body["input"], converted, res)}
 
     return await _relay_rendered(state, request, req.key, req.budget, render, RESPONSES_API)
@@ -1095,8 +1352,7 @@ async def _responses_unmanaged(state: ProxyState, request: Request, raw: bytes, 
     return _RelayResponse(up.aiter_bytes(), up.aclose, status_code=up.status_code, headers=_relay_headers(up, extra))
 
 
-__all__ = ["API_KEY_ENV", "ChatRequest", "MESSAGES_PATH", "MessagesRequest", "ProxyState", "SESSION_HEADER",
-           "STATUS_OF_KIND", "anthropic_error_body", "create_proxy_app", "handle_chat_completions",
-           "handle_messages", "parse_chat_request", "parse_messages_request",
-           "MANAGED_HEADER", "RESPONSES_PATH", "ResponsesRequest", "handle_responses", "parse_responses_request",
-           "stateful_refusal"]
+__all__ = ["anthropic_error_body", "API_KEY_ENV", "CACHE_HEADER", "cache_header", "ChatRequest", "create_proxy_app",
+           "handle_chat_completions", "handle_messages", "handle_responses", "MANAGED_HEADER", "MESSAGES_PATH",
+           "MessagesRequest", "parse_chat_request", "parse_messages_request", "parse_responses_request", "ProxyState",
+           "RESPONSES_PATH", "ResponsesRequest", "SESSION_HEADER", "stateful_refusal", "STATS_PATH", "STATUS_OF_KIND"]

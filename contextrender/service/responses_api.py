@@ -49,8 +49,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contextrender.billing import PromptUsage
 from contextrender.service.errors import InvalidMessages
 from contextrender.service.results import RenderResult
+from contextrender.service.usage import prompt_usage as usage_counts
 
 SYSTEM = "system"
 USER = "user"
@@ -517,5 +519,41 @@ def repair_pairing(items: Sequence[Any]) -> list[Any]:
     return [item for k, item in enumerate(items) if k not in drop]
 
 
-__all__ = ["CALL_OUTPUT", "Converted", "OUTPUT_TYPES", "Origin", "assistant_message", "content_text",
-           "forwarded_input", "pairing_errors", "repair_pairing", "stateful_fields", "to_openai", "tool_call"]
+def prompt_usage(usage: Any) -> PromptUsage | None:
+    """A response's ``usage`` as billed, or None (unknown: absent, or not counts).
+
+    ``input_tokens`` counts every prompt token, the cached ones included; ``input_tokens_details.cached_tokens``
+    were read from the prompt cache and ``input_tokens_details.cache_write_tokens`` written to it (docs/method.md
+    §14); ``output_tokens`` is the output (docs/service.md, "Prompt-cache usage").
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    details = usage.get("input_tokens_details")
+    details = details if isinstance(details, Mapping) else {}
+    return usage_counts(usage.get("input_tokens"), details.get("cached_tokens"), details.get("cache_write_tokens"),
+                        usage.get("output_tokens"))
+
+
+
+# -- the expand tool's rounds (docs/service.md, "The expand tool") ------------------------------
+
+
+def expand_round(output: Sequence[Any], answers: Mapping[str, tuple[str, bool]]) -> list[dict[str, Any]]:
+    """What one answered round of ``contextrender_expand`` appends to a Responses API request's ``input``: the
+    answer's output items as the upstream gave them (reasoning and message items kept; call items the service did
+    not answer left out, the model makes those calls again), then a ``function_call_output`` per answered call in
+    order. ``answers``: per ``call_id``, the result's text and whether it is an error (the text says so)."""
+    items = [dict(it) for it in output
+             if isinstance(it, Mapping) and not (_type(it) in CALL_OUTPUT and it.get("call_id") not in answers)]
+    items += [{"type": "function_call_output", "call_id": cid, "output": text} for cid, (text, _) in answers.items()]
+    return items
+
+
+def answer_output(data: Any) -> list[Any]:
+    """A whole Responses API answer's ``output`` items (empty when it has none)."""
+    output = data.get("output") if isinstance(data, Mapping) else None
+    return list(output) if isinstance(output, list) else []
+
+__all__ = ["CALL_OUTPUT", "Converted", "OUTPUT_TYPES", "Origin", "answer_output", "assistant_message",
+           "content_text", "expand_round", "forwarded_input", "pairing_errors", "prompt_usage", "repair_pairing", "stateful_fields", "to_openai",
+           "tool_call"]

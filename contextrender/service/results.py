@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from contextrender.events import Usage
+from contextrender.graph import RequestUsage, UsageTotals
 from contextrender.selector import ResultScore
 from contextrender.tfa import ReuseEdge
 from contextrender.trace_line import trace_line
@@ -19,18 +20,36 @@ from contextrender.trace_line import trace_line
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """One session's counts: stored messages, tool results, the next invocation, Tok of the full history."""
+    """One session's counts: stored messages, tool results, the next invocation, Tok of the full history, and
+    ``usage``: its answered model requests with the upstream's own billed figures summed (docs/service.md,
+    "Prompt-cache usage")."""
 
     id: str
     messages: int
     results: int
     next_invocation: int
     full_tokens: int
+    usage: UsageTotals = UsageTotals()
 
     def to_json(self) -> dict[str, Any]:
         """This result as the session API answers it."""
         return {"id": self.id, "messages": self.messages, "results": self.results,
-                "next_invocation": self.next_invocation, "full_tokens": self.full_tokens}
+                "next_invocation": self.next_invocation, "full_tokens": self.full_tokens,
+                "usage": self.usage.to_json()}
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """A session's answered model requests as the upstream billed them: the totals over all of them and the rows
+    of the latest ones (``rows``, in order; ``UsageTotals.requests`` says how many there are in all)."""
+
+    session: str
+    totals: UsageTotals
+    rows: tuple[RequestUsage, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """This result as the session API answers it."""
+        return {"session": self.session, "totals": self.totals.to_json(), "rows": [r.to_json() for r in self.rows]}
 
 
 @dataclass(frozen=True)
@@ -140,7 +159,9 @@ class RenderResult:
     ``visible``: seqs of tool results shown in full. ``shortcut``: the full history fit (methods with
     per-result scores; None for others). ``stored``: the session's length. ``readiness``: the
     session's call readiness after this render. ``session``/``created``/``added``/``forked``: as in
-    :class:`SyncResult` (``False``/``0`` when nothing was synced).
+    :class:`SyncResult` (``False``/``0`` when nothing was synced). ``prompt_usage``: the session's answered
+    requests before this one, with the upstream's billed figures summed (what a streamed answer's
+    ``X-ContextRender-Cache`` header says).
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -159,6 +180,8 @@ class RenderResult:
     created: bool
     added: int
     forked: bool
+    prompt_usage: UsageTotals = UsageTotals()
+    expand: bool = False  # the render's markers carry expand handles (docs/service.md, "The expand tool")
 
     def to_json(self) -> dict[str, Any]:
         """This result as the session API answers it."""
@@ -166,7 +189,8 @@ class RenderResult:
                 "readiness": self.readiness.to_json(), "budget": self.budget, "method": self.method,
                 "visible": list(self.visible), "usage": self.usage.to_dict(), "shortcut": self.shortcut,
                 "full_tokens": self.full_tokens, "stored": self.stored, "next_invocation": self.next_invocation,
-                "session": self.session, "created": self.created, "added": self.added, "forked": self.forked}
+                "session": self.session, "created": self.created, "added": self.added, "forked": self.forked,
+                "prompt_usage": self.prompt_usage.to_json(), "expand": self.expand}
 
 
 @dataclass(frozen=True)
@@ -229,4 +253,4 @@ class ExportResult:
 
 
 __all__ = ["AppendResult", "CallReadiness", "CreateResult", "EdgesResult", "ExportResult", "ReadinessReport",
-           "ReadinessSummary", "RenderResult", "ScoresResult", "SessionInfo", "SyncResult", "Transcript"]
+           "ReadinessSummary", "RenderResult", "ScoresResult", "SessionInfo", "SyncResult", "Transcript", "UsageReport"]

@@ -26,6 +26,9 @@ GET      ``/sessions/{id}/scores``         ``?budget=&method=&overrides=`` → o
                                            result (none when the full history fits: ``shortcut``)
 GET      ``/sessions/{id}/edges``          TFA reuse edges and c_t(r)
 GET      ``/sessions/{id}/readiness``      call readiness of the session's answers (docs/method.md §11)
+GET      ``/sessions/{id}/usage``          ``?last=N`` → the upstream's billed figures of the session's answered
+                                           requests (proxy, wrap): totals, and the latest N rows (default and at
+                                           most 1000)
 GET      ``/sessions/{id}/export``         the session as a replay-trace line
 GET      ``/sessions/{id}/view``           ``?budget=&methods=a,b&from=&to=`` (or ``&last=N``) → the session's HTML
                                            view of those invocations (default the latest 30; at most 200:
@@ -59,7 +62,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from contextrender import __version__
 from contextrender.service.errors import BadRequest, ErrorKind, ServiceError
 from contextrender.service.guard import AccessPolicy, Guard, error_body
-from contextrender.service.sessions import ContextService
+from contextrender.service.sessions import MAX_USAGE_ROWS, ContextService
 
 #: Default request-body limit (bytes) for the server and the proxy.
 DEFAULT_MAX_BODY = 20 * 1024 * 1024
@@ -269,7 +272,7 @@ def _add_session_routes(r: APIRouter, service: ContextService) -> None:
 
 
 def _add_render_routes(r: APIRouter, service: ContextService) -> None:
-    """Render, scores, reuse edges, call readiness, the HTML view and the trace export of one session."""
+    """Render, scores, reuse edges, call readiness, billed usage, the HTML view and the trace export of one session."""
 
     @r.post("/sessions/{sid}/render")
     def render(sid: str, body: Annotated[RenderBody | None, Body()] = None) -> dict[str, Any]:
@@ -290,6 +293,11 @@ def _add_render_routes(r: APIRouter, service: ContextService) -> None:
     @r.get("/sessions/{sid}/readiness")
     def readiness(sid: str) -> dict[str, Any]:
         return service.readiness(sid).to_json()
+
+    @r.get("/sessions/{sid}/usage")
+    def usage(sid: str, last: int | None = Query(default=None, ge=1, le=MAX_USAGE_ROWS,
+                                                  description="rows of the latest N requests")) -> dict[str, Any]:
+        return service.usage(sid, last=last).to_json()
 
     @r.get("/sessions/{sid}/view", response_model=None)
     def view(sid: str, budget: int | None = Query(default=None, gt=0),

@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from contextrender import expand as expand_tool
 from contextrender.adapters._common import valid_session_id
+from contextrender.billing import PromptUsage
 from contextrender.compaction import make_compactor
 from contextrender.embed import make_embedder
 from contextrender.events import Message, MessageError
-from contextrender.graph import ContextGraph, GraphError, GraphWriteError, Session
+from contextrender.graph import ContextGraph, GraphError, GraphWriteError, RequestUsage, Session, UsageTotals
 from contextrender.readiness import ReadinessTracker, RenderedText
 from contextrender.registry import OverrideError, build_policy, method_config, validate_overrides
 from contextrender.render import BudgetExceeded, Scope
@@ -70,6 +72,7 @@ from contextrender.service.results import (
     SessionInfo,
     SyncResult,
     Transcript,
+    UsageReport,
 )
 from contextrender.tokens import SHIPPED_ENCODINGS, TokenCounter
 
@@ -78,6 +81,8 @@ log = logging.getLogger(__name__)
 _METHOD_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: A session that may fork becomes ``key~N``; the key leaves room for the suffix within MAX_KEY_LEN.
 MAX_FORKING_KEY = 192
+#: Most request rows one usage report holds (the totals always cover every request).
+MAX_USAGE_ROWS = 1000
 
 _T = TypeVar("_T")
 
@@ -556,7 +561,7 @@ class ContextService:
     def _info(session: Session) -> SessionInfo:
         return SessionInfo(id=session.id, messages=len(session), results=len(session.results),
                            next_invocation=session.next_invocation,
-                           full_tokens=Scope.of(session).full_tokens(session))
+                           full_tokens=Scope.of(session).full_tokens(session), usage=session.prompt_usage_totals())
 
     def sessions(self) -> list[str]:
         """Every stored session id, sorted."""
@@ -577,7 +582,11 @@ class ContextService:
         with self._guard:
             return self._readiness.setdefault(sid, _SessionReadiness())
 
-    def _render(self, session: Session, policy: Any, budget: int, synced: _Synced) -> RenderResult:
+    def _render(self, session: Session, policy: Any, budget: int, synced: _Synced, offer_expand: bool = False
+                ) -> RenderResult:
+        handles = offer_expand and expand_tool.gives_handles(policy)
+        if handles:  # docs/service.md, "The expand tool": markers carry handles from this render on
+            expand_tool.offer(session)
         try:
             if callable(getattr(policy, "select", None)):
                 sel = policy.select(session, budget)
@@ -596,17 +605,77 @@ class ContextService:
                             visible=tuple(sorted(rendered.visible)), usage=rendered.usage, shortcut=shortcut,
                             full_tokens=Scope.of(session).full_tokens(session), stored=len(session),
                             next_invocation=session.next_invocation, session=synced.session,
-                            created=synced.created, added=synced.added, forked=synced.forked)
+                            created=synced.created, added=synced.added, forked=synced.forked,
+                            prompt_usage=session.prompt_usage_totals(), expand=handles)
 
     def render(self, sid: str, *, messages: Any = None, budget: int | None = None, method: str | None = None,
-               overrides: dict[str, Any] | None = None, on_conflict: str = "error") -> RenderResult:
-        """Render ``sid`` under ``budget``; with ``messages``, sync them first (same lock)."""
+               overrides: dict[str, Any] | None = None, on_conflict: str = "error",
+               offer_expand: bool = False) -> RenderResult:
+        """Render ``sid`` under ``budget``; with ``messages``, sync them first (same lock).
+
+        ``offer_expand``: the caller answers the expand tool (the proxy does): a method whose markers can carry
+        handles (:func:`~contextrender.expand.gives_handles`) gives them from this render on (:attr:`RenderResult.expand`).
+        """
         b = self._budget(budget)
         policy = self.policy(method, overrides)
         if messages is None:
             with self._session(sid, create=False) as (session, _):
-                return self._render(session, policy, b, _Synced(sid, created=False, added=0, forked=False))
-        return self._with_synced(sid, messages, on_conflict, lambda s, synced: self._render(s, policy, b, synced))
+                return self._render(session, policy, b, _Synced(sid, created=False, added=0, forked=False),
+                                    offer_expand)
+        return self._with_synced(sid, messages, on_conflict,
+                                 lambda s, synced: self._render(s, policy, b, synced, offer_expand))
+
+    # -- the expand tool (docs/service.md, "The expand tool") -------------------------
+
+    def expand(self, sid: str, arguments: Any, *, max_tokens: int, at: int) -> expand_tool.Expansion:
+        """Answer one ``contextrender_expand`` call in ``sid`` within ``max_tokens`` and record it (reuse for
+        Tool-Flow Analysis, and the event ``explain`` and ``view`` list); ``at`` is the seq the answer goes to.
+        Raises :class:`~contextrender.expand.ExpandError` (its text is the tool's error result) for a handle this
+        session did not issue, bad arguments or no room."""
+        with self._session(sid, create=False) as (session, _):
+            got = expand_tool.expand(session, arguments, max_tokens=max_tokens)
+            expand_tool.record(session, got, at)
+            return got
+
+    def count_messages(self, sid: str, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tok of OpenAI-format ``messages`` under ``sid``'s tokenizer (what a render's ``tokens`` count)."""
+        with self._session(sid, create=False) as (session, _):
+            return session.counter.messages([dict(m) for m in messages])
+
+    def expansions(self, sid: str) -> list[dict[str, Any]]:
+        """The expansions answered in ``sid``, oldest first (:func:`contextrender.expand.expansions`)."""
+        with self._session(sid, create=False) as (session, _):
+            return expand_tool.expansions(session)
+
+    # -- prompt-cache usage (docs/service.md, "Prompt-cache usage") ------------------
+
+    def record_usage(self, sid: str, api: str, usage: PromptUsage | None, *, streamed: bool, at: int) -> RequestUsage:
+        """Store one answered request's usage as the upstream billed it (None: the answer carried none, recorded
+        as unknown), in ``sid`` — the session (or fork) the request was rendered from; ``at`` is the seq its answer
+        goes to (:attr:`RenderResult.stored`)."""
+        with self._session(sid, create=False) as (session, _):
+            try:
+                return session.add_prompt_usage(api, usage, streamed=streamed, at=at)
+            except GraphWriteError:
+                raise  # StorageError, by _session
+            except GraphError as e:
+                raise Conflict(str(e)) from None
+            except (TypeError, ValueError) as e:
+                raise BadRequest(str(e)) from None
+
+    def usage(self, sid: str, *, last: int | None = None) -> UsageReport:
+        """The session's answered requests as billed: totals over all of them and the rows of the latest ``last``
+        (default and at most :data:`MAX_USAGE_ROWS`)."""
+        n = MAX_USAGE_ROWS if last is None else last
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_USAGE_ROWS:
+            raise BadRequest(f"'last' must be an integer from 1 to {MAX_USAGE_ROWS}, got {last!r:.40}")
+        with self._session(sid, create=False) as (session, _):
+            return UsageReport(sid, session.prompt_usage_totals(), tuple(session.prompt_usage_rows(last=n)))
+
+    def usage_totals(self, sid: str) -> UsageTotals:
+        """The session's answered requests and the sum of their billed figures (no rows)."""
+        with self._session(sid, create=False) as (session, _):
+            return session.prompt_usage_totals()
 
     def readiness(self, sid: str) -> ReadinessReport:
         """Call readiness of the answers this session's renders got, since the session was last loaded: the
@@ -672,9 +741,10 @@ class ContextService:
         window = ViewWindow(start, end, last)
         with self._session(sid, create=False) as (session, _):
             messages = session.openai_messages()
-        try:  # replayed on fresh in-memory graphs: the stored session is never written
+        try:  # replayed on fresh in-memory graphs: the stored session is never written (its usage rows only read)
             data = method_view(messages, names, b, session_id=sid, embedder=self.embedder, compactor=self.compactor,
-                               window=window, max_invocations=MAX_VIEW_INVOCATIONS, max_bytes=MAX_VIEW_BYTES)
+                               window=window, max_invocations=MAX_VIEW_INVOCATIONS, max_bytes=MAX_VIEW_BYTES,
+                               usage=session)
         except ViewLimitError as e:
             raise (TooLarge if e.too_large else BadRequest)(str(e)) from None
         except BudgetExceeded as e:
@@ -693,4 +763,5 @@ class ContextService:
             return ExportResult(sid, tuple(session.openai_messages()))
 
 
-__all__ = ["ContextService", "MAX_FORKING_KEY", "SerialEmbedder", "WARM_UP_TEXT", "same_message", "warm_up"]
+__all__ = ["ContextService", "MAX_FORKING_KEY", "MAX_USAGE_ROWS", "SerialEmbedder", "WARM_UP_TEXT", "same_message",
+           "warm_up"]

@@ -1,13 +1,15 @@
 // ContextRender session view: the transcript, the reuse edges (use -> source result, labelled with the value),
 // each result's state under one or two policies at the chosen invocation, the scores behind it, and the
 // Later-Used Result Recall events (hit / missed), and the calls that needed a value only earlier tool results held:
-// ready (every such value visible in the render before the call) or not, per policy. All data is inline (#cr-data);
-// nothing is fetched.
+// ready (every such value visible in the render before the call) or not, per policy; for a stored session, its model
+// requests as the upstream billed them (prompt-cache reads and writes). All data is inline (#cr-data); nothing is
+// fetched.
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("cr-data").textContent);
   var PREVIEW = 200, PREVIEW_LINES = 3;
-  var NAMES = {F: "full", C: "compacted", O: "omitted", S: "stub", T: "tabular", N: "not rendered", "-": "later"};
+  var NAMES = {F: "full", I: "ids (values kept)", T: "table (values kept)", C: "compacted", O: "omitted", S: "stub",
+               N: "not rendered", "-": "later"};
   var REASONS = {p: "picked", n: "not a candidate", f: "did not fit"};
   var bySeq = {}, resultIndex = {}, toolNames = {};
   D.messages.forEach(function (m) { bySeq[m.seq] = m; });
@@ -52,8 +54,27 @@
   var wrapJump = el("label", {}, "jump to turn "); wrapJump.appendChild(jump); controls.appendChild(wrapJump);
   if (W.from > 0 || W.to < W.invocations - 1) {  // a window of a longer session: say what is left out
     controls.appendChild(el("span", {id: "window-note", "class": "hint"},
-      "invocations " + W.from + "–" + W.to + " of 0–" + (W.invocations - 1) + " drawn; messages before #" +
-      W.first_seq + " are left out but for the " + W.earlier_results + " earlier results these renders show"));
+      "drawn: model calls " + W.from + "–" + W.to + " of the session's 0–" + (W.invocations - 1) +
+      " (--from/--to/--last pick others); messages before #" + W.first_seq + " are not drawn, except the " +
+      W.earlier_results + " earlier tool results these renders still show"));
+  }
+  // -- prompt cache: a stored session's requests as the upstream billed them (docs/service.md) --------------------
+  var CACHE = D.cache;
+  function pct(part, whole) { return whole ? (100 * part / whole).toFixed(1) + " %" : "–"; }
+  if (CACHE && CACHE.totals.requests) {
+    var T = CACHE.totals;
+    controls.appendChild(el("span", {id: "cache-note", "class": "hint"},
+      "prompt cache as billed: " + T.requests + " requests (" + T.requests_with_usage + " with usage) · read " +
+      T.cache_read + " of " + T.prompt + " prompt tokens (" + pct(T.cache_read, T.prompt) + ") · written " +
+      T.cache_write + " · output " + T.output));
+  }
+  function cacheAt(t) {  // t: the invocation's own number; one entry per request that answered it
+    var rows = CACHE ? CACHE.by_invocation[String(t)] : null;
+    if (!rows) return "";
+    return rows.map(function (r) {
+      return r[2] === null ? "billed: no usage reported" :
+        "billed: read " + r[3] + " of " + r[2] + " prompt tokens (" + pct(r[3], r[2]) + "), written " + r[4];
+    }).join("; ");
   }
   select("tool", [["", "all tools"]].concat(Object.keys(toolNames).sort().map(function (t) { return [t, t]; })), "",
          function (v) { state.tool = v; applyFilter(); drawEdges(); }, "tool-filter");
@@ -70,7 +91,7 @@
   checkbox("recall events", state.recall, function (v) { state.recall = v; drawEdges(); }, "show-recall");
   checkbox("collapse long messages", state.collapse, function (v) { state.collapse = v; renderTexts(); drawEdges(); }, "collapse");
   var legend = el("span", {"class": "legend"});
-  ["F", "T", "C", "S", "O", "N"].forEach(function (c) { var s = el("span"); s.appendChild(el("i", {"class": "s-" + c}, c)); s.appendChild(document.createTextNode(" " + NAMES[c])); legend.appendChild(s); });
+  ["F", "I", "T", "C", "S", "O", "N"].forEach(function (c) { var s = el("span"); s.appendChild(el("i", {"class": "s-" + c}, c)); s.appendChild(document.createTextNode(" " + NAMES[c])); legend.appendChild(s); });
   controls.appendChild(legend);
 
   // -- the timeline ------------------------------------------------------------------------------------------------
@@ -153,7 +174,7 @@
         var miss = R.missing[p][k];
         var b = el("span", {"class": "ready " + (miss.length ? "not-ready" : "is-ready"), "data-policy": p,
                             title: "needs " + c[3].join(", ") + " (from #" + c[4].join(", #") + ")"},
-                   " " + p.slice(0, 14) + (miss.length ? " NOT READY: " + miss.join(", ") : " ready"));
+                   " " + p + (miss.length ? " NOT READY: " + miss.join(", ") : " ready"));
         div.appendChild(b);
       });
     });
@@ -161,9 +182,11 @@
 
   function refresh() {
     var inv = D.invocations[state.t];
-    var parts = ["t = " + inv.t + ", before #" + inv.seq + ", Tok(H_full) = " + inv.full_tokens + ", B = " + D.budget];
-    [state.a, state.b].forEach(function (p) { if (p) parts.push(p + ": " + D.tokens[p][state.t] + " tok"); });
+    var parts = ["model call " + inv.t + " (made before message #" + inv.seq + "): the whole history is " +
+                 inv.full_tokens + " tokens, the budget B = " + D.budget];
+    [state.a, state.b].forEach(function (p) { if (p) parts.push(p + " sends " + D.tokens[p][state.t] + " of them"); });
     [state.a, state.b].forEach(function (p) { var r = p ? readyShare(p) : ""; if (r) parts.push(r); });
+    var billed = cacheAt(inv.t); if (billed) parts.push(billed);
     invLabel.textContent = " " + parts.join(" · ");
     drawReadiness();
     jump.value = inv.t;
@@ -177,7 +200,7 @@
         if (!p) return;
         var c = stateAt(p, state.t, m.seq);
         badges.appendChild(el("span", {"class": "state s-" + c, "data-policy": p, "data-seq": m.seq, "data-state": NAMES[c],
-                                       title: p + ": " + NAMES[c]}, p.slice(0, 14) + " " + c));
+                                       title: p + ": " + NAMES[c]}, p + " " + NAMES[c]));
       });
     });
     drawEdges();

@@ -70,13 +70,14 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from contextrender.billing import PROFILE_MODELS, PricesUnavailable, PromptUsage, SessionBilling, prices, total
 from contextrender.embed import embed_many
 from contextrender.events import SYSTEM_ROLES, Message, Usage
 from contextrender.experiments.evaluation.measures import MeasureStats, MeasureTracker
 from contextrender.experiments.evaluation.recall import AGE_BINS, RecallStats, count_events, recall, reuse_events
 from contextrender.experiments.evaluation.traces import Episode, TraceSet, open_traces
 from contextrender.graph import ContextGraph, Session
-from contextrender.render import Rendered, Scope
+from contextrender.render import Rendered, Scope, task_index, task_text
 from contextrender.tokens import DEFAULT_ENCODING, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ CEILING_NAME = "hindsight ceiling"
 TRIM_CEILING_NAME = "hindsight ceiling, prose-first trim"
 #: The method a replay with the ceiling measures "gap covered" from (when it is among the methods).
 GAP_REFERENCE = "contextrender"
+#: The profiles each method's renders are billed under (docs/method.md §14; ``none`` is the prompt tokens alone).
+BILLED_PROFILES = ("anthropic", "openai", "none")
 
 
 class ReplayError(RuntimeError):
@@ -114,6 +117,8 @@ class MethodTally:
     warned: bool = False  # logged a token-count disagreement already
     #: events covered per replayed trace, in replay order (the gap share's bootstrap resamples traces)
     hits_per_trace: list[int] = field(default_factory=list)
+    #: per billing profile, each replayed trace's requests as billed (docs/method.md §14), in replay order
+    billed_per_trace: dict[str, list[PromptUsage]] = field(default_factory=dict)
 
     def add_render(self, tokens: int, audited: int, budget: int) -> None:
         self.renders += 1
@@ -159,6 +164,40 @@ class ReplayResult:
     #: each replayed trace's task id and place ("file:line"), in replay order: hits_per_trace's order
     trace_ids: list[str] = field(default_factory=list)
     trace_where: list[str] = field(default_factory=list)
+    #: per replayed trace, whether its history exceeded B before some turn (the cost set T, docs/method.md §7)
+    exceeded_per_trace: list[bool] = field(default_factory=list)
+    #: the model whose prices bill each profile (docs/method.md §14)
+    billing_models: Mapping[str, str] = field(default_factory=lambda: dict(PROFILE_MODELS))
+
+    def billing(self) -> dict[str, Any]:
+        """Per method and billing profile, over T (the traces whose history exceeded B): the requests as billed,
+        their cache-hit share (read / prompt tokens), US$ at the profile model's prices, and that cost as a ratio
+        of Full's (a ratio of sums over the same traces) when Full was replayed. Output tokens are the recorded
+        assistant turns'. Prices need litellm's cost map; without it the US$ figures are None."""
+        chosen = [i for i, x in enumerate(self.exceeded_per_trace) if x]
+        out: dict[str, Any] = {"traces_T": len(chosen), "models": dict(self.billing_models), "methods": {}}
+        price = {}
+        for profile, model in self.billing_models.items():
+            try:
+                price[profile] = prices(model)
+            except PricesUnavailable as e:
+                out.setdefault("note", str(e))
+        usd: dict[str, dict[str, float | None]] = {}
+        for name, tally in self.methods.items():
+            per: dict[str, Any] = {}
+            for profile, rows in tally.billed_per_trace.items():
+                u = total(rows[i] for i in chosen if i < len(rows))
+                cost = price[profile].cost(u) if profile in price else None
+                usd.setdefault(name, {})[profile] = cost
+                per[profile] = {"usage": u.to_dict(), "cache_hit_share": u.cache_read / u.prompt if u.prompt else None,
+                                "usd": cost}
+            out["methods"][name] = per
+        full = usd.get("full", {})
+        for per in out["methods"].values():
+            for profile, row in per.items():
+                ref = full.get(profile)
+                row["vs_full"] = row["usd"] / ref if row["usd"] is not None and ref else None
+        return out
 
     def _shares(self, bound: MethodTally | None, names: Iterable[str],
                 reference: str | None) -> dict[str, float | None] | None:
@@ -229,6 +268,7 @@ class ReplayResult:
             "methods": {name: t.summary() for name, t in self.methods.items()},
             "trace_ids": list(self.trace_ids),
             "trace_where": list(self.trace_where),
+            "billing": self.billing(),
         }
         if self.ceiling is not None:
             out["ceiling"] = self.ceiling.summary()
@@ -560,6 +600,8 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         g = graph if isinstance(graph, ContextGraph) else graph[name]
         session = g.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
         tracker = MeasureTracker(counter)
+        billing = SessionBilling(BILLED_PROFILES, counter)  # docs/method.md §14: each request from what it sent
+        billed: dict[str, list[PromptUsage]] = {p: [] for p in BILLED_PROFILES}
         visible: dict[int, frozenset[int]] = {}
         for j, idx in enumerate(turns):
             # docs/method.md §7: the selector sees exactly the messages before assistant message j.
@@ -575,10 +617,14 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
                 log.warning("%s: policy reports %d history tokens, its messages count %d", where,
                             rendered.tokens, audited)
             tally.add_render(rendered.tokens, audited, budget)
+            for profile, u in billing.request(rendered.messages, None, counter.message(msgs[idx])).items():
+                billed[profile].append(u)
             visible[j] = rendered.visible
             if on_render is not None:
                 on_render(name, episode, j, session, rendered)
         g.release(session.id)
+        for profile, rows in billed.items():
+            tally.billed_per_trace.setdefault(profile, []).append(total(rows))
         covered = recall(events, visible)
         tally.stats = tally.stats + covered
         tally.hits_per_trace.append(covered.hits)
@@ -590,8 +636,8 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
 def likely_embedded_texts(episode: Episode, task_chars: int = 2000, budget: int | None = None) -> list[str]:
     """What relevance scoring will embed during the episode, to embed in large batches up front.
 
-    Every tool result (docs/method.md §2), the task x (first user message, clipped; spec
-    §4) and, per turn, the focus f_t as the latest user plus latest assistant
+    Every tool result (docs/method.md §2), the task x (the task message's words, clipped;
+    docs/method.md §4, §5) and, per turn, the focus f_t as the latest user plus latest assistant
     message. With ``budget``, only the turns where a policy scores relevance:
     those with a tool result before them whose full history exceeds B (every
     policy shows the full history when it fits; docs/method.md §5 step 2), and x only if
@@ -612,15 +658,15 @@ def likely_embedded_texts(episode: Episode, task_chars: int = 2000, budget: int 
             last_asst = m
         elif m.role == "user":
             last_user = m
-    first_user = next((m for m in msgs if m.role == "user"), None)
-    if first_user is not None and (needed is None or needed):
-        texts.append(first_user.content[:task_chars])
+    task = task_index(msgs)
+    if task is not None and (needed is None or needed):
+        texts.append(task_text(msgs[task], task_chars))
     return list(dict.fromkeys(texts + focus))
 
 
-def _over_budget_turns(msgs: Sequence[Message], budget: int) -> set[int]:
+def _over_budget_turns(msgs: Sequence[Message], budget: int, need_result: bool = True) -> set[int]:
     """Indices of the assistant messages before which the history (docs/method.md §1 scope, as
-    :class:`~contextrender.render.Scope` draws it) holds a tool result and exceeds ``budget``."""
+    :class:`~contextrender.render.Scope` draws it) holds a tool result (``need_result``) and exceeds ``budget``."""
     counter = TokenCounter()
     n_sys = 0
     while n_sys < len(msgs) and msgs[n_sys].role in SYSTEM_ROLES:
@@ -631,7 +677,7 @@ def _over_budget_turns(msgs: Sequence[Message], budget: int) -> set[int]:
     seen_result = False
     for idx, m in enumerate(msgs):
         if idx >= n_sys:
-            if m.role == "assistant" and seen_result and history - (current or 0) > budget:
+            if m.role == "assistant" and (seen_result or not need_result) and history - (current or 0) > budget:
                 out.add(idx)
             ntok = counter.message(m)
             history += ntok
@@ -639,6 +685,12 @@ def _over_budget_turns(msgs: Sequence[Message], budget: int) -> set[int]:
                 current = ntok
             seen_result = seen_result or m.role == "tool"
     return out
+
+
+def history_exceeds(messages: Sequence[Mapping[str, Any]], budget: int) -> bool:
+    """Whether the history (docs/method.md §1 scope) exceeded ``budget`` before some assistant turn: the trace is in
+    the cost set T (docs/method.md §7), as a run's ``exceeded_budget`` says of its episode."""
+    return bool(_over_budget_turns([Message.from_openai(m) for m in messages], budget, need_result=False))
 
 
 def _windows(episodes: Iterable[Episode], size: int) -> Iterator[list[Episode]]:
@@ -697,6 +749,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     pooled = RecallStats()
     prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
     n = 0
+    exceeded: list[bool] = []
     ids: list[str] = []
     places: list[str] = []
     bar = tqdm(total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
@@ -712,6 +765,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
             for episode in window:
                 pooled = pooled + replay_episode(episode, policies, tallies, budget, graphs, f"{prefix}/{n}",
                                                  on_render)
+                exceeded.append(history_exceeds(episode.messages, budget))
                 n += 1
                 ids.append(episode.task_id)
                 places.append(episode.where)
@@ -729,7 +783,8 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     bound = tallies.pop(CEILING_NAME) if ceiling is not None else None
     trim_bound = tallies.pop(TRIM_CEILING_NAME) if trim_ceiling is not None else None
     return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound,
-                        trim_ceiling=trim_bound, prose_first=prose_first, trace_ids=ids, trace_where=places)
+                        trim_ceiling=trim_bound, prose_first=prose_first, trace_ids=ids, trace_where=places,
+                        exceeded_per_trace=exceeded)
 
 
 # -- report -------------------------------------------------------------------------
@@ -844,14 +899,50 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
         return paper_value(paper["table"], paper["model"], paper["benchmark"], method, metric, budget=result.budget)
 
     lines = [f"Replay at B={result.budget}: {result.traces} traces, {result.skipped_lines} skipped lines",
-             *_sources_lines(result), *readiness_lines(result),
+             *_sources_lines(result), *_binding_lines(result), *readiness_lines(result),
              *_recall_lines(result, paper, RECALL_METRIC, RECALL_AGE_METRICS, ref)]
     if result.ceiling is not None:
         lines += _ceiling_lines(result)
     if result.trim_ceiling is not None and result.prose_first:
         lines += _trim_ceiling_lines(result)
     lines += _measure_lines(result)
+    lines += billing_lines(result.billing())
     return "\n".join(lines) + "\n"
+
+
+def _binding_lines(result: ReplayResult) -> list[str]:
+    """A warning when B rarely bound: where no history exceeded B every method renders it whole, so their
+    figures agree by construction and say nothing about them."""
+    n, bound = len(result.exceeded_per_trace), sum(result.exceeded_per_trace)
+    if not n or bound * 2 > n:
+        return []
+    return ["", f"Note: B={result.budget} bound in only {bound} of the {n} traces (their history exceeded B at some "
+                "turn); in the others every method shows the whole history, so they agree by construction. A smaller "
+                "--budget compares the methods where they differ."]
+
+
+def billing_lines(bill: Mapping[str, Any]) -> list[str]:
+    """The bill of each method's replayed requests (docs/method.md §14): ×Full and cache-hit share per profile."""
+    methods = bill.get("methods") or {}
+    profiles = [p for p in ("anthropic", "openai", "none") if any(p in m for m in methods.values())]
+    if not methods or not profiles:
+        return []
+    models = bill.get("models") or {}
+    lines = ["", f"Billed cost (docs/method.md §14), over the {bill.get('traces_T', 0)} traces whose history exceeded "
+             "B: each request billed from its own cached prefix at "
+             + ", ".join(f"{p}: {models.get(p, '?')}" for p in profiles) + " prices, as ×Full (cache-hit share).", "",
+             "| method | " + " | ".join(profiles) + " |", "|---|" + "---:|" * len(profiles)]
+    for name, per in methods.items():
+        cells = []
+        for p in profiles:
+            row = per.get(p) or {}
+            vs, share = row.get("vs_full"), row.get("cache_hit_share")
+            cells.append(("–" if vs is None else f"{vs:.3f}×") + ("" if share is None or p == "none"
+                                                                  else f" ({100 * share:.0f} %)"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if bill.get("note"):
+        lines += ["", f"No dollars: {bill['note']}"]
+    return lines
 
 
 def _recall_lines(result: ReplayResult, paper: Mapping[str, Any] | None, metric: str,

@@ -505,7 +505,8 @@ def sniff(path: str | Path, max_lines: int = 1000) -> Sniffed:
     try:
         values.append(json.JSONDecoder().raw_decode(text, start)[0])
     except json.JSONDecodeError as e:
-        first_error = f"invalid JSON (line {e.lineno}: {e.msg})"
+        first_error = (f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg} (a file cut off while it was "
+                       "written?)")
         first_line = text[start:].split("\n", 1)[0]
         # One document spanning lines, cut or corrupt (unless a later line proves the file is JSONL).
         spans_lines = e.lineno > text[:start].count("\n") + 1 and not _parses(first_line)
@@ -577,6 +578,8 @@ class TraceReader:
     lines: int | None = field(default=None, init=False, repr=False)
     #: the warnings the last pass gives when it ends, as ``log.warning`` arguments
     _said: list[tuple[Any, ...]] = field(default_factory=list, init=False, repr=False)
+    #: the skips already warned of: a file read twice (validated, then replayed) warns of each once
+    _warned: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -639,7 +642,9 @@ class TraceReader:
     def _skip(self, e: TraceError) -> None:
         self.skipped += 1
         self.errors.append(str(e))
-        log.warning("skipping %s", e)
+        if str(e) not in self._warned:
+            self._warned.add(str(e))
+            log.warning("skipping %s", e)
 
     def _lines(self, fmt: str) -> Iterator[Episode | Excluded]:
         parse = _LINE_PARSERS[fmt]
@@ -865,7 +870,8 @@ class TraceSet:
             if r.loaded is not None:
                 out.add(r.loaded[0].benchmark if r.loaded else None)
                 continue
-            probe = TraceReader(r.path, strict=False, format=r.format)
+            probe = TraceReader(r.path, strict=False, format=r.format, quiet=True)
+            probe._warned = r._warned  # the probe's skips are the reader's own: each is warned of once
             out.add(next((e.benchmark for e in probe), None))
         return out
 

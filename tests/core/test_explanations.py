@@ -144,3 +144,42 @@ def test_explain_cli_reports_call_readiness_beside_the_table(tmp_path, capsys):
     pr = next(ln for ln in out.splitlines() if ln.startswith("call readiness under prune "))
     assert "100.0 %" in cr and "100.0 %" not in pr
     assert "venmo__login: hidden Jf1#vS6kDm" in out.split(pr, 1)[1]
+
+
+def test_explain_names_each_form_whole_and_needs_no_embedder_without_tool_results(tmp_path, capsys):
+    """A compared selector's ids form is labelled with its values kept (not "omitted"), a peer's placeholder as
+    omitted; tool names are not cut; a session without tool results loads and names no embedder."""
+    from contextrender.cli import main
+    from contextrender.experiments.fixtures.scenarios import DINNER_BILL_BUDGET, dinner_bill
+
+    path = tmp_path / "g.sqlite"
+    with ContextGraph(path) as g:
+        g.session("dinner").sync(dinner_bill())
+        g.session("chat").sync([{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}])
+    assert main(["explain", "dinner", "--graph", str(path), "--budget", str(DINNER_BILL_BUDGET // 2),
+                 "--embedding", "hashing", "--compare", "contextrender_plus,prune"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln[:4].strip().isdigit()]
+    head = next(ln for ln in out.splitlines() if ln.lstrip().startswith("seq "))
+    assert "contextrender_plus" in head  # the method's name whole
+    plus_col = head.index("contextrender_plus")
+    plus_forms = {ln[plus_col:].split("  ")[0].strip() for ln in rows}
+    assert plus_forms <= {"full", "omitted", "compacted", "stub", "ids (values)", "table (values)", "not rendered"}
+    assert "kept" not in plus_forms and len(plus_forms) > 1, plus_forms
+    with ContextGraph(path) as g:
+        names = {r.tool_name for r in g.session("dinner").results}
+    assert all(any(n in ln for ln in rows) for n in names)
+    assert main(["explain", "chat", "--graph", str(path), "--budget", "100"]) == 0
+    captured = capsys.readouterr()
+    assert "embedder none needed (the session has no tool results)" in captured.err
+    assert "all-MiniLM" not in captured.err
+
+
+def test_form_in_reads_a_peer_render():
+    from contextrender.explain import form_in
+    from contextrender.render import Rendered
+
+    msgs = ({"role": "user", "content": "q"}, {"role": "tool", "content": "[omitted]"},
+            {"role": "tool", "content": "rows: id=7 total=12"}, {"role": "tool", "content": "(Tool result removed)"})
+    r = Rendered(msgs, 10, frozenset({9}), sources=(0, 1, 2, 3))
+    assert [form_in(r, s) for s in (1, 2, 3, 9, 5)] == ["omitted", "shortened", "omitted", "full", "not rendered"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from contextrender import ContextGraph, ContextRender, GraphError, HashingEmbedder, MessageError, TokenCounter
+from contextrender.billing import PromptUsage
 from contextrender.graph import _TABLES
 
 from ._helpers import Transcript, filler, result_seq
@@ -45,6 +46,7 @@ def _populated(graph, hashing_embedder):
     s = t.into(graph, "task-1")
     ContextRender(embedder=hashing_embedder).render(s, 60)  # stores embeddings
     s.put_artifact("compaction", "k", {"text": "x"})
+    s.add_prompt_usage("chat", PromptUsage(100, 40, 0, 5), streamed=False, at=len(s))
     return s
 
 

@@ -293,8 +293,18 @@ def test_cli_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "trace_ids",
-                         "trace_where", "ceiling", "gap_covered", "sources", "benchmark", "method_settings"]
+                         "trace_where", "billing", "ceiling", "gap_covered", "sources", "benchmark", "method_settings"]
     assert (res["budget"], res["traces"], res["skipped_lines"]) == (300, 3, 0)
+    # docs/method.md §14: each method's renders billed per profile over T (the traces whose history exceeded B)
+    bill = res["billing"]
+    assert 0 < bill["traces_T"] <= res["traces"]
+    for m in ("contextrender", "cr_recency"):
+        rows = bill["methods"][m]
+        assert set(rows) == {"anthropic", "openai", "none"}
+        for p in ("anthropic", "openai", "none"):
+            u = rows[p]["usage"]
+            assert u["cache_read"] + u["cache_write"] <= u["prompt"] and rows[p]["vs_full"] is None  # no Full here
+        assert rows["none"]["usage"]["cache_read"] == 0 and rows["openai"]["usage"]["cache_write"] == 0
     assert res["trace_ids"] == [e.task_id for e in read_traces(traces)]
     assert [w.rsplit(":", 1)[1] for w in res["trace_where"]] == ["1", "2", "3"]
     assert all(Path(w.rsplit(":", 1)[0]).resolve() == traces.resolve() for w in res["trace_where"])
@@ -317,6 +327,7 @@ def test_cli_end_to_end(tmp_path):
         assert m["over_budget_renders"] == 0 and m["max_rendered_tokens"] <= 300
         assert m["renders"] == sum(len(e.assistant_indices) for e in eps)
     assert "| method | recall |" in proc.stdout and "| contextrender |" in proc.stdout
+    assert "Billed cost (docs/method.md §14)" in proc.stdout  # the printed summary carries the bill too
     # the hindsight ceiling, beside the methods: never above B, never below a selector with its scope
     ceil = res["ceiling"]
     assert ceil["over_budget_renders"] == 0 and ceil["renders"] == res["methods"]["contextrender"]["renders"]
@@ -499,3 +510,30 @@ def test_the_progress_bar_ends_at_the_traces_replayed_not_the_lines_counted(tmp_
     frames = [f for f in capsys.readouterr().err.replace("\n", "\r").split("\r") if "replay B=300" in f]
     assert f"/{len(eps) + 4}" in frames[0]  # the bar started from the hint ...
     assert f" {len(eps)}/{len(eps)} " in frames[-1] and "100%" in frames[-1], frames  # ... and ends full
+
+
+def test_billing_lines_show_each_method_as_billed_against_full():
+    from contextrender.experiments.evaluation.replay import billing_lines
+
+    bill = {"traces_T": 2, "models": {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1", "none": "gpt-4.1"},
+            "methods": {"full": {"anthropic": {"vs_full": 1.0, "cache_hit_share": 0.9},
+                                 "openai": {"vs_full": 1.0, "cache_hit_share": 0.8}},
+                        "prune": {"anthropic": {"vs_full": 1.391, "cache_hit_share": 0.31},
+                                  "openai": {"vs_full": None, "cache_hit_share": None}}}}
+    text = "\n".join(billing_lines(bill))
+    assert "over the 2 traces whose history exceeded B" in text and "anthropic: claude-sonnet-4-5" in text
+    assert "| full | 1.000× (90 %) | 1.000× (80 %) |" in text
+    assert "| prune | 1.391× (31 %) | – |" in text
+    assert billing_lines({"methods": {}}) == []
+
+
+def test_replay_says_when_the_budget_rarely_bound():
+    from contextrender.experiments.evaluation.replay import _binding_lines, replay_traces
+
+    res = replay_traces(FIXTURES, 10**6, ["contextrender"], embedder=HashingEmbedder(dim=64),
+                        compactor=ExtractiveCompactor(), ceiling=False)
+    said = "\n".join(_binding_lines(res))
+    assert f"bound in only 0 of the {res.traces} traces" in said and "smaller --budget" in said
+    tight = replay_traces(FIXTURES, 150, ["contextrender"], embedder=HashingEmbedder(dim=64),
+                          compactor=ExtractiveCompactor(), ceiling=False)
+    assert sum(tight.exceeded_per_trace) * 2 > tight.traces and _binding_lines(tight) == []

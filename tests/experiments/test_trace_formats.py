@@ -10,6 +10,7 @@ published τ-bench v1 format (``make_taubench_fixture.py``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -330,10 +331,26 @@ def test_a_truncated_json_document_names_the_line(tmp_path):
     path.write_text(text[: len(text) // 2])  # a run killed while writing
     with pytest.raises(TraceError, match=r"tau2\.json:\d+: invalid JSON"):
         list(read_traces(path, format="tau2"))
-    with pytest.raises(TraceError, match=r"tau2\.json: invalid JSON"):  # by content: recognisably broken
-        list(read_traces(path))
+    with pytest.raises(TraceError, match=r"tau2\.json: invalid JSON at line \d+, column \d+: .* \(a file cut off"):
+        list(read_traces(path))  # by content: recognisably broken, and where
     reader = read_traces(path, strict=False)
     assert list(reader) == [] and reader.skipped == 1
+
+
+def test_replay_of_a_truncated_file_offers_lenient_which_warns_once(tmp_path, capsys, caplog):
+    from contextrender.cli import main
+
+    text = TAU2_RETAIL.read_text()
+    path = tmp_path / "tau2.json"
+    path.write_text(text[: len(text) // 2])
+    args = ["replay", str(path), "--budget", "1000", "--methods", "contextrender", "--embedding", "hashing"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "invalid JSON at line" in err and "column" in err and "--lenient replays what can be read" in err
+    with caplog.at_level(logging.WARNING):
+        assert main([*args, "--lenient"]) == 2  # nothing readable: still no result, but said once
+    skips = [r for r in caplog.records if r.getMessage().startswith("skipping ")]
+    assert len(skips) == 1, [r.getMessage() for r in skips]
 
 
 def test_taubench_bad_record_is_named_by_index(tmp_path):

@@ -4,7 +4,8 @@
 (``message_start``, ``content_block_start``, ``ping``, ``content_block_delta`` with ``text_delta`` /
 ``input_json_delta`` / ``thinking_delta`` / ``signature_delta``, ``content_block_stop``,
 ``message_delta``, ``message_stop``) — and records every request. Like the API it refuses (400,
-Anthropic's error shape) a request whose ``tool_use``/``tool_result`` blocks do not pair.
+Anthropic's error shape) a request whose ``tool_use``/``tool_result`` blocks do not pair, or whose
+``cache_control`` breakpoints it does not take (:func:`~.anthropic_breakpoints.cache_control_problems`).
 
 :func:`history_tokens` counts a forwarded request the way the project counts the chat path: the
 conversation as OpenAI-format messages (written here independently of the code under test), minus the
@@ -24,7 +25,8 @@ from fastapi.responses import JSONResponse
 
 from contextrender import TokenCounter
 
-from .conftest import sse_response
+from .anthropic_breakpoints import cache_control_problems
+from .conftest import billed, sse_response
 
 PAD = " ".join(f"w{i}" for i in range(120))  # ~240 tokens of filler per tool result
 _REC = re.compile(r"REC_[A-Za-z0-9_]+")
@@ -162,13 +164,26 @@ def lookup_model(body: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
+def anthropic_usage(n: int) -> dict[str, Any]:
+    """A Messages API answer's ``usage`` as Anthropic sends it: ``input_tokens`` is only the uncached part of the
+    prompt, the reads and writes are beside it (conftest.billed's figures for the n-th answer)."""
+    prompt, read, write, out = billed(n)
+    return {"input_tokens": prompt - read - write, "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read,
+            "cache_creation": {"ephemeral_5m_input_tokens": write, "ephemeral_1h_input_tokens": 0},
+            "output_tokens": out, "service_tier": "standard"}
+
+
 def sse_events(message: dict[str, Any]) -> list[bytes]:
-    """``message`` as the Messages API streams it: text and JSON in pieces, a ping, usage at the end."""
+    """``message`` as the Messages API streams it: text and JSON in pieces, a ping; the usage as the API gives it —
+    ``message_start`` with the input and cache figures (output 1 so far), ``message_delta`` with the final output
+    and the cumulative input and cache figures again."""
     def ev(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
+    usage = message["usage"]
     head = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}}
+            "usage": {**usage, "output_tokens": 1}}
     out = [ev("message_start", {"message": head}), ev("ping", {})]
     for i, block in enumerate(message["content"]):
         kind = block["type"]
@@ -192,8 +207,10 @@ def sse_events(message: dict[str, Any]) -> list[bytes]:
                                                                      "partial_json": raw[j:j + 7]}})
                     for j in range(0, len(raw), 7)]
         out.append(ev("content_block_stop", {"index": i}))
+    delta_usage = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+                                         "output_tokens")}
     out.append(ev("message_delta", {"delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                    "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
+                                    "usage": delta_usage}))
     out.append(ev("message_stop", {}))
     return out
 
@@ -232,14 +249,14 @@ class ScriptedAnthropic:
                 r = anthropic_error(429, "rate_limit_error", "slow down")
                 r.headers["retry-after"] = "7"
                 return r
-            problems = pairing_problems(body.get("messages") or [])
+            problems = pairing_problems(body.get("messages") or []) or cache_control_problems(body)
             if problems:
                 return anthropic_error(400, "invalid_request_error", "; ".join(problems))
             content = self.model(body)
             stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
             message = {"id": f"msg_{n:04d}", "type": "message", "role": "assistant", "model": body.get("model"),
                        "content": content, "stop_reason": stop, "stop_sequence": None,
-                       "usage": {"input_tokens": 10 + n, "output_tokens": 5}}
+                       "usage": anthropic_usage(n)}
             headers = {"request-id": f"req_{n:04d}"}
             if not body.get("stream"):
                 rec["sent"] = json.dumps(message).encode()

@@ -86,11 +86,31 @@ def scripted_reply(messages: list[dict[str, Any]], n_calls: int, salt: str) -> d
     return {"role": "assistant", "content": f"Checking {target} now.", "tool_calls": calls}
 
 
-def sse_chunks(msg: dict[str, Any], cid: str, include_usage: bool) -> list[bytes]:
-    """The reply as OpenAI SSE chunks: content in pieces, tool-call argument fragments interleaved by index."""
+def billed(n: int) -> tuple[int, int, int, int]:
+    """What the scripted upstreams bill their n-th answer (n from 1): prompt tokens (the cached ones included), of
+    them read from the cache and written to it, and output tokens — different in every field and every request,
+    so a field read from the wrong place, dropped or summed twice shows."""
+    return 1000 + 100 * n, 128 * ((n - 1) % 8), 16 + n, 20 + n
+
+
+def chat_usage(n: int) -> dict[str, Any]:
+    """A chat completion's ``usage`` as OpenAI sends it (``prompt_tokens`` includes the cached tokens)."""
+    prompt, read, _, out = billed(n)  # chat completions report no cache writes
+    return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out,
+            "prompt_tokens_details": {"cached_tokens": read, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                          "rejected_prediction_tokens": 0}}
+
+
+def sse_chunks(msg: dict[str, Any], cid: str, include_usage: bool, n: int = 1) -> list[bytes]:
+    """The reply as OpenAI SSE chunks: content in pieces, tool-call argument fragments interleaved by index; asked
+    for usage (``stream_options.include_usage``), every chunk says ``"usage": null`` and a last chunk with no
+    choices carries it, as OpenAI streams it."""
     def ev(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        obj = {"id": cid, "object": "chat.completion.chunk", "created": 0, "model": "fake",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        obj: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": 0, "model": "fake",
+                               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if include_usage:
+            obj["usage"] = None
         return f"data: {json.dumps(obj)}\n\n".encode()
 
     out = [ev({"role": "assistant", "content": ""})]
@@ -107,7 +127,9 @@ def sse_chunks(msg: dict[str, Any], cid: str, include_usage: bool) -> list[bytes
                 out.append(ev({"tool_calls": [{"index": k, "function": {"arguments": p[step]}}]}))
     out.append(ev({}, "tool_calls" if calls else "stop"))
     if include_usage:
-        out.append(f"data: {json.dumps({'id': cid, 'choices': [], 'usage': {'prompt_tokens': 1}})}\n\n".encode())
+        last = {"id": cid, "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": [],
+                "usage": chat_usage(n)}
+        out.append(f"data: {json.dumps(last)}\n\n".encode())
     out.append(b"data: [DONE]\n\n")
     return out
 
@@ -151,12 +173,12 @@ class FakeUpstream:
             if not body.get("stream"):
                 data = {"id": f"cmpl-{n}", "object": "chat.completion", "created": 0, "model": body.get("model"),
                         "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls"}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+                        "usage": chat_usage(n)}
                 raw = json.dumps(data).encode()
                 rec["sent"] = raw
                 return JSONResponse(data, headers={"x-request-id": f"req-{n}"})
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = self.stream_override or sse_chunks(msg, f"cmpl-{n}", include_usage)
+            chunks = self.stream_override or sse_chunks(msg, f"cmpl-{n}", include_usage, n)
             rec["sent"] = b"".join(chunks)
             return sse_response(chunks, {"x-request-id": f"req-{n}"})
 

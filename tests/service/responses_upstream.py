@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 
 from contextrender import TokenCounter
 
-from .conftest import sse_response
+from .conftest import billed, sse_response
 
 PAD = " ".join(f"w{i}" for i in range(120))  # ~240 tokens of filler per tool result
 _NEXT = re.compile(r"next=(REC_[A-Za-z0-9_]+)")
@@ -87,9 +87,18 @@ def message_item(item_id: str, text: str) -> dict[str, Any]:
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
-def response_object(body: dict[str, Any], rid: str, output: list[dict[str, Any]], status: str = "completed"
-                    ) -> dict[str, Any]:
-    """A Response as the API returns it."""
+def responses_usage(n: int) -> dict[str, Any]:
+    """A response's ``usage`` as OpenAI sends it (``input_tokens`` includes the cached and written tokens;
+    conftest.billed's figures for the n-th response)."""
+    prompt, read, write, out = billed(n)
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": read, "cache_write_tokens": write},
+            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + out}
+
+
+def response_object(body: dict[str, Any], rid: str, output: list[dict[str, Any]], status: str = "completed",
+                    n: int | None = None) -> dict[str, Any]:
+    """A Response as the API returns it: with the n-th response's usage once it is complete (default: the number in
+    ``rid``), ``null`` while it is in progress."""
     return {"id": rid, "object": "response", "created_at": 1700000000, "status": status, "background": False,
             "error": None, "incomplete_details": None, "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"), "model": body.get("model") or "scripted",
@@ -97,9 +106,12 @@ def response_object(body: dict[str, Any], rid: str, output: list[dict[str, Any]]
             "reasoning": {"effort": None, "summary": None}, "store": bool(body.get("store", True)),
             "temperature": 1.0, "text": {"format": {"type": "text"}}, "tool_choice": "auto",
             "tools": body.get("tools") or [], "top_p": 1.0, "truncation": "disabled", "metadata": {},
-            "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                      "output_tokens": 5,
-                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}
+            "usage": None if status == "in_progress" else responses_usage(n if n is not None else _number(rid))}
+
+
+def _number(rid: str) -> int:
+    digits = re.sub(r"\D", "", rid)
+    return int(digits) if digits else 1
 
 
 def sse_events(body: dict[str, Any], rid: str, output: list[dict[str, Any]]) -> list[dict[str, Any]]:

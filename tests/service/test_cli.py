@@ -122,3 +122,35 @@ def test_serve_and_proxy_processes(tmp_path):
                 p.kill()
     with ContextGraph(graph) as g:
         assert "cli1" in g.session_ids()
+    # one start-up line: the listen address, each API's upstream URL, B, the method, the embedder, the graph
+    started = [ln for ln in proxy.stderr.read().splitlines() if ln.startswith("contextrender proxy: listening")]
+    assert started == [f"contextrender proxy: listening on http://127.0.0.1:{pport}; Chat Completions -> "
+                       f"http://127.0.0.1:{port}/v1/chat/completions; Responses -> http://127.0.0.1:{port}/v1/responses; "
+                       f"Messages -> http://127.0.0.1:{port}/v1/messages; B=500, method=contextrender, "
+                       f"embedder=hashing-256, graph={tmp_path / 'p.sqlite'}"], started
+
+
+def test_a_port_in_use_is_a_clear_error_and_leaves_no_graph_file(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        graph = tmp_path / "p.sqlite"
+        proc = subprocess.run([sys.executable, "-m", "contextrender.cli", "proxy", "--upstream",
+                               "http://127.0.0.1:9/v1", "--port", str(port), "--graph", str(graph),
+                               "--embedding", "hashing"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in proc.stderr and "--port" in proc.stderr
+    assert not list(tmp_path.glob("p.sqlite*"))
+
+
+def test_view_of_a_missing_trace_file_says_the_file_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CONTEXTRENDER_GRAPH", raising=False)
+    assert main(["view", "runs/nosuch.jsonl", "--budget", "1000", "--embedding", "hashing"]) == 2
+    err = capsys.readouterr().err
+    assert "no trace file runs/nosuch.jsonl" in err and "--graph FILE" in err
+    assert not list(tmp_path.iterdir())  # nothing written

