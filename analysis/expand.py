@@ -35,7 +35,7 @@ MODES = {"oracle": "strict", "oracle_expand": "expand"}
 PROFILES = ("anthropic", "openai")
 EXPAND_NOTE = ("expand: the offline oracle's expand mode — offered the contextrender_expand tool, before a call "
                "that needs a value the render hid it calls the tool with the handle an omitted result's marker "
-               "shows, narrowed to the JSON member holding the value, then the whole result (each call its own "
+               "shows, narrowed to the rows or JSON member holding the values, then the whole result (each call its own "
                "invocation, charged like any other, within the benchmark's step limits); it fails only when no "
                "visible handle holds the value. strict: a hidden value makes a wrong call. expansions/task: the "
                "tool's calls per task.")
@@ -100,6 +100,7 @@ def fig_expand(frame: pd.DataFrame, out: str | Path, stem: str = FIGURE) -> list
         ax.set_title(b, fontsize=9)
         ax.set_xscale("log")
         ax.set_xticks(list(g["budget"]), [str(int(x)) for x in g["budget"]])
+        ax.minorticks_off()  # a log axis labels 3×10³ between the budgets otherwise
         ax.set_ylabel("pass %") if j == 0 else None
         ax.set_ylim(0, 102)
         ax = axes[1][j]
@@ -109,6 +110,7 @@ def fig_expand(frame: pd.DataFrame, out: str | Path, stem: str = FIGURE) -> list
             ax.plot(g["budget"], g[f"billed_{p}_expand"], color=c, ls="-", marker="D", label=f"{p}, expand")
         ax.set_xscale("log")
         ax.set_xticks(list(g["budget"]), [str(int(x)) for x in g["budget"]])
+        ax.minorticks_off()
         ax.set_xlabel("budget B (tokens)")
         ax.set_ylabel("plus billed cost ×Full") if j == 0 else None
     for row in axes:

@@ -125,7 +125,7 @@ def _common(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument("--port", type=int, default=port)
     p.add_argument("--graph", default=None, help="context-graph SQLite file (default $CONTEXTRENDER_GRAPH or "
                                                  f"./{DEFAULT_GRAPH})")
-    p.add_argument("--method", default="contextrender", help="default policy: any conf/method/<name>.yaml")
+    p.add_argument("--method", default="contextrender_plus", help="default policy: any conf/method/<name>.yaml")
     p.add_argument("--budget", type=_positive_int, default=6000, help="default history budget B in tokens")
     p.add_argument("--embedding", default="local", choices=["local", "sentence-transformers", "litellm", "hashing"])
     p.add_argument("--compactor", default="extractive", choices=["extractive", "llm"],
@@ -243,7 +243,7 @@ def _add_explain_and_view(sub: Any) -> None:
     x.add_argument("session")
     x.add_argument("--budget", type=_positive_int, required=True, help="history budget B in tokens")
     x.add_argument("--graph", default=None, help="graph file (read from a copy: a running service is undisturbed)")
-    x.add_argument("--method", default="contextrender", help="a ContextRender-family registry method")
+    x.add_argument("--method", default="contextrender_plus", help="a ContextRender-family registry method")
     x.add_argument("--compare", type=_method_list, default=[], metavar="A,B",
                    help="other registry methods to show side by side (kept / omitted)")
     x.add_argument("--embedding", default=RECORDED,
@@ -257,8 +257,8 @@ def _add_explain_and_view(sub: Any) -> None:
     v.add_argument("--episode", default=None,
                    help="which episode of a trace file: its id or the file's own task id (7 picks 7/trial-0); "
                         "default the first")
-    v.add_argument("--methods", type=_method_list, default=["contextrender", "prune"], metavar="A[,B]",
-                   help="one or two registry methods to show (default contextrender,prune)")
+    v.add_argument("--methods", type=_method_list, default=["contextrender_plus", "prune"], metavar="A[,B]",
+                   help="one or two registry methods to show (default contextrender_plus,prune)")
     v.add_argument("--embedding", default=RECORDED,
                    choices=[RECORDED, "local", "sentence-transformers", "hashing", "litellm"],
                    help="the embedder; default: the one the session's renders used (recorded in the graph; local "

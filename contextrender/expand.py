@@ -130,14 +130,41 @@ def resolve(session: Session, h: str) -> int:
     return seq
 
 
+_ORIGINS: weakref.WeakKeyDictionary[Session, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
+def origin(session: Session, seq: int) -> int:
+    """The result whose text result ``seq`` holds: for the answer of a ``contextrender_expand`` call in the
+    session (a loop of one's own appends it like any tool's), the result its call's handle names; else ``seq``.
+
+    An omitted answer's marker points there (:func:`marker`), so a model never expands a copy: a copy was clipped
+    or narrowed, the original holds all of it, and its key paths are the original's.
+    """
+    table = _ORIGINS.setdefault(session, {})
+    if seq in table:
+        return table[seq]
+    found = seq
+    r = session.result(seq)
+    if r.tool_name == TOOL_NAME and r.call_seq is not None:
+        call = next((c for c in session.message(r.call_seq).tool_calls if c.id == r.call_id), None)
+        try:
+            h = str(arguments_of(call.arguments).get("handle", "")) if call is not None else ""
+            found = resolve(session, h) if h else seq
+        except ExpandError:  # a call that was refused: its answer is an error, a result of its own
+            found = seq
+    table[seq] = found
+    return found
+
+
 def marker(session: Session, seq: int) -> str:
-    """What an omitted result's tool message says when the tool is offered: the marker and how to get it back."""
-    return f'{OMISSION_MARKER[:-1]}; {TOOL_NAME}("{handle(session, seq)}")]'
+    """What an omitted result's tool message says when the tool is offered: the marker and how to get it back
+    (an expansion's answer: the handle of the result it copies, :func:`origin`)."""
+    return f'{OMISSION_MARKER[:-1]}; {TOOL_NAME}("{handle(session, origin(session, seq))}")]'
 
 
 def shortened_note(session: Session, seq: int) -> str:
     """The line a shortened form (ids, a table, a compaction) ends with when the tool is offered."""
-    return f'[shortened; full text: {TOOL_NAME}("{handle(session, seq)}")]'
+    return f'[shortened; full text: {TOOL_NAME}("{handle(session, origin(session, seq))}")]'
 
 
 # -- the tool's schema, in each API's shape --------------------------------------------------------------
@@ -420,5 +447,6 @@ class ExpandTool:
 
 
 __all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "expand",
-           "expansions", "gives_handles", "handle", "marker", "messages_tool", "offer", "offered", "record", "resolve",
+           "expansions", "gives_handles", "handle", "marker", "messages_tool", "offer", "offered", "origin", "record",
+           "resolve",
            "responses_tool", "shortened_note"]

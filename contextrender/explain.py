@@ -4,7 +4,8 @@ One row per historical tool result at the next invocation: its size, age a_t,
 reuse c_t, relevance s_t, usefulness U_t, the similarity penalty D(r,S) at
 the step it was picked or lost (R = U − 0.5·D, docs/method.md §5), the greedy step that
 picked it, its form in the render, and the reason (``picked``, ``not a
-candidate``, ``did not fit``, ``outscored by <seq>``). :func:`cache_summary` is the line after it: the
+candidate``, ``did not fit``, ``outscored by <seq>``; "whole" added where the result is shown by its values
+instead). :func:`cache_summary` is the line after it: the
 session's requests as the upstream billed them.
 """
 
@@ -39,6 +40,16 @@ def _num(x: float | None, fmt: str) -> str:
     return "" if x is None else format(x, fmt)
 
 
+def _reason(reason: str, form: str) -> str:
+    """The selector's reason, as it reads beside the form: a result shown as ids or a table was left out only
+    *whole* (it did not fit whole, or was outscored whole), not dropped."""
+    if form not in FORM_LABELS:
+        return reason
+    if reason == "did not fit":
+        return "did not fit whole"
+    return reason.replace("outscored by", "outscored whole by", 1)
+
+
 def explain_table(sel: Selection, *, compare: Mapping[str, Rendered | Selection] | None = None,
                   notes: Mapping[int, str] | None = None) -> str:
     """The explanation table of a ContextRender-family selection, as text.
@@ -68,7 +79,7 @@ def explain_table(sel: Selection, *, compare: Mapping[str, Rendered | Selection]
         lines.append(f"{sc.seq:>4} {sc.tool_name:<{tw}} {sc.tokens:>5} {sc.age:>4} {sc.reuse_count:>5.2f} "
                      f"{sc.relevance:>5.2f} {sc.usefulness:>6.3f} {_num(sc.similarity, '5.2f'):>5} "
                      f"{'' if sc.pick is None else sc.pick:>4} {FORM_LABELS.get(sc.form, sc.form):<14} "
-                     f"{sc.reason:<22}{cells}".rstrip() + note)
+                     f"{_reason(sc.reason, sc.form):<22}{cells}".rstrip() + note)
     return "\n".join(lines)
 
 

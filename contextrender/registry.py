@@ -31,7 +31,9 @@ try:
     from hydra.utils import get_class, instantiate
     from omegaconf import DictConfig, OmegaConf
 except ImportError as e:  # pragma: no cover - the light install
-    raise ImportError("building policies by name needs Hydra: pip install 'contextrender[service]'") from e
+    from contextrender.extras import install_line
+
+    raise ImportError(f"building policies by name needs Hydra: {install_line('service')}") from e
 
 from contextrender.render import ContextPolicy
 

@@ -3,7 +3,7 @@
     from openai import OpenAI
     import contextrender
 
-    client = contextrender.wrap(OpenAI(), budget=6000, method="contextrender", graph="run.sqlite")
+    client = contextrender.wrap(OpenAI(), budget=6000, method="contextrender_plus", graph="run.sqlite")
     resp = client.chat.completions.create(model="gpt-4.1", messages=messages, tools=tools)  # as before
     client.contextrender.last.tokens  # what the last call sent, in history tokens (≤ 6000)
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from contextrender import offline
 from contextrender.experiments.catalogue import register_resolver
-from contextrender.experiments.runtime.runner import JobConfigError, MissingPackage, run_job
+from contextrender.experiments.runtime.runner import JobConfigError, MissingPackage, missing_package_message, run_job
 from contextrender.files import LockedError
 from contextrender.redact import redact, redact_handlers
 
@@ -46,6 +46,13 @@ def main(cfg: DictConfig) -> float | None:
         log.error("%s", redact(str(e)))
         if _multirun():
             raise  # Hydra runs the sweep's other jobs, then fails with it (an exit here would end the sweep)
+        sys.exit(2)
+    except ModuleNotFoundError as e:  # a package of the harness (a benchmark's dependency) is not installed
+        if not e.name or e.name.split(".")[0] == "contextrender":
+            raise  # this project's own module: a bug, with its traceback
+        log.error("%s", missing_package_message(e))
+        if _multirun():
+            raise
         sys.exit(2)
     except KeyboardInterrupt:
         log.warning("interrupted: the episodes that finished are recorded; the same command resumes the job")

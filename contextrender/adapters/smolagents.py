@@ -13,7 +13,7 @@ omitted observation's text replaced by its marker. Copy-paste example::
     from contextrender.adapters.smolagents import ContextRenderModel
 
     model = ContextRenderModel(LiteLLMModel(model_id="gpt-4.1"), url="http://127.0.0.1:8765",
-                               budget=6000, method="contextrender")
+                               budget=6000, method="contextrender_plus")
     agent = ToolCallingAgent(tools=[WebSearchTool()], model=model)
     agent.run("Find the release year of ...")
     print(model.last_render.tokens, model.last_render.session)

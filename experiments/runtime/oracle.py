@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextrender.events import Completion, Usage
-from contextrender.expand import MARKER_HANDLE, TOOL_NAME, ExpandError, resolve
+from contextrender.expand import MARKER_HANDLE, MAX_MATCH_WORDS, TOOL_NAME, ExpandError, resolve
 from contextrender.graph import Session
 from contextrender.readiness import MIN_CHARS, numbers_in, occurs
 from contextrender.tokens import TokenCounter
@@ -311,8 +311,9 @@ class OracleEpisode:
     def _expand(self, hidden: dict[str, Any], messages: list[dict[str, Any]],
                  at: tuple[int, int, bool]) -> dict[str, str] | None:
         """The expand call to make for ``hidden``: a handle visible in the render whose result holds the most of them
-        (then the newest), narrowed to the JSON member holding the first such value (``key``), or, when that was
-        asked for at this position already, the whole result. None when no visible handle holds any."""
+        (then the newest), narrowed to the rows or members holding any of them when it holds several (``match``),
+        else to the JSON member holding the first (``key``), or, when that was asked for at this position already,
+        the whole result. None when no visible handle holds any."""
         if self._tried_at != at:
             self._tried_at, self._tried = at, set()
         if not hidden:
@@ -329,10 +330,14 @@ class OracleEpisode:
             covered = [v for v in hidden.values() if _occurs(v, content, numbers)]
             if not covered:
                 continue
-            # As an agent that knows what it is looking for would: the member holding the value first (``key``), then,
-            # should that not bring it back, the whole result.
+            # As an agent that knows what it is looking for would: several values of one result in one call, the rows
+            # or members holding any of them (``match``); one value, the member holding it (``key``); then, should
+            # that not bring it back, the whole result.
+            words = [str(v) for v in covered]
+            many = 1 < len(words) <= MAX_MATCH_WORDS and not any(c.isspace() or c == "," for w in words for c in w)
             path = _path_to(content, covered[0])
-            tries = ([{"handle": h, "key": path}] if path else []) + [{"handle": h}]
+            tries = (([{"handle": h, "match": " ".join(words)}] if many else [])
+                     + ([{"handle": h, "key": path}] if path else []) + [{"handle": h}])
             args = next((a for a in tries if json.dumps(a) not in self._tried), None)
             if args is None:
                 continue

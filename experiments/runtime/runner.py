@@ -233,6 +233,20 @@ INSTALL_HINTS = {
 }
 
 
+#: What a missing package of the harness means: it runs in the pinned environment, not on an extra's install.
+HARNESS_SETUP = ("the harness runs in the pinned environment: `make setup` in a checkout, then "
+                 "`.venv/bin/python -m contextrender.experiments.run ...` (docs/harness.md)")
+
+
+def missing_package_message(exc: ModuleNotFoundError) -> str:
+    """One line for a harness run that failed on a package that is not installed: which, and the fix (its own
+    install line where one is known, else the pinned environment)."""
+    top = (exc.name or "").split(".")[0]
+    hint = INSTALL_HINTS.get(top)
+    return (f"the harness needs {top!r}, which is not installed: "
+            + (f"{hint}, or {HARNESS_SETUP}" if hint else HARNESS_SETUP))
+
+
 def _missing_module(exc: BaseException) -> ModuleNotFoundError | None:
     """The failed import somewhere in ``exc``'s chain (Hydra wraps it twice), if any."""
     seen: set[int] = set()

@@ -126,6 +126,38 @@ def test_an_expansion_counts_as_reuse_of_its_result_and_its_copy_is_not_a_result
         assert g.session("s").reuse_score(3) == score  # the same after a restart
 
 
+def test_an_omitted_expansion_answer_points_back_to_the_result_it_copies(graph, hashing_embedder):
+    """A loop of one's own appends the tool's answer like any tool result; when a later render omits that copy, its
+    marker carries the original's handle, never one of its own: the copy is narrowed or clipped, the original holds
+    all of it (else a model chases copies of copies)."""
+    s = _session(graph)
+    tool = ex.ExpandTool(s, 8000)
+    h = ex.handle(s, 3)
+    args = json.dumps({"handle": h})  # the whole result back: a copy as large as the original
+    s.add({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "x1", "type": "function", "function": {"name": ex.TOOL_NAME, "arguments": args}}]})
+    text, _ = tool.answer(args)
+    s.add({"role": "tool", "tool_call_id": "x1", "content": text})
+    copy = len(s) - 1
+    assert ex.origin(s, copy) == 3 and ex.origin(s, 3) == 3
+    assert ex.marker(s, copy) == ex.marker(s, 3) and h in ex.marker(s, copy)
+    for k in range(6):  # newer results push the copy out of a small render
+        s.add({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"n{k}", "type": "function", "function": {"name": "more", "arguments": "{}"}}]})
+        s.add({"role": "tool", "tool_call_id": f"n{k}", "content": f"later {k}: " + "plain words here " * 60})
+    rendered = _plus(hashing_embedder).render(s, 700)
+    shown = [str(m.get("content")) for m in rendered.messages if m.get("tool_call_id") == "x1"]
+    assert shown and "IT00039" not in shown[0]  # the copy is omitted at this budget ...
+    assert set(ex.MARKER_HANDLE.findall(shown[0])) == {h}  # ... and its marker names the original
+    assert {ex.resolve(s, x) for m in rendered.messages for x in ex.MARKER_HANDLE.findall(str(m.get("content")))} \
+        <= {r.seq for r in s.results if r.tool_name != ex.TOOL_NAME}  # no handle names a copy
+    refused = json.dumps({"handle": "000000000"})
+    s.add({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "x2", "type": "function", "function": {"name": ex.TOOL_NAME, "arguments": refused}}]})
+    s.add({"role": "tool", "tool_call_id": "x2", "content": tool.answer(refused)[0]})
+    assert ex.origin(s, len(s) - 1) == len(s) - 1  # a refused call's error is a result of its own
+
+
 class _Caller:
     """A model that reads an omitted result back once, then answers: what a real model does with the tool."""
 
@@ -163,3 +195,25 @@ def test_the_episode_answers_the_tool_itself_and_counts_the_round(graph, hashing
     assert episode.expansions == 1 and episode.invocations == 2 and episode.take_rounds() == 1
     assert episode.take_rounds() == 0
     assert all(r.tokens <= 400 for r in episode.renders)
+
+
+def test_the_oracle_reads_several_values_of_one_result_back_in_one_narrowed_call(graph, hashing_embedder):
+    """The expand mode's agent: two hidden values of one omitted result are asked for at once (``match``, the rows
+    holding either), one value by the member holding it (``key``), and only then the whole result."""
+    from contextrender import TokenCounter
+    from contextrender.experiments.runtime.oracle import OracleEpisode, Reference, ScriptedCall
+
+    s = _session(graph)
+    ex.offer(s)
+    ref = Reference(turns=((ScriptedCall("return_items", {"items": ["IT00003", "IT00031"]}),),))
+    episode = OracleEpisode(ref, s, TokenCounter(), name="oracle_expand", mode="expand")
+    messages = _plus(hashing_embedder).render(s, 600).messages
+    h = ex.handle(s, 3)
+    assert any(h in str(m.get("content")) for m in messages)  # the orders result is omitted, its handle shown
+    two = episode._expand({"IT00003": "IT00003", "IT00031": "IT00031"}, messages, (0, 0, False))
+    assert two == {"handle": h, "match": "IT00003 IT00031"}
+    text, error = ex.ExpandTool(s, 600).answer(two)
+    assert not error and "IT00003" in text and "IT00031" in text and "IT00004" not in text
+    one = episode._expand({"IT00007": "IT00007"}, messages, (0, 1, False))
+    assert one["handle"] == h and one["key"].startswith("orders.7") and "match" not in one
+    assert episode._expand({"IT00007": "IT00007"}, messages, (0, 1, False)) == {"handle": h}  # then the whole

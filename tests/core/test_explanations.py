@@ -101,7 +101,8 @@ def test_explain_cli_reads_a_copy_of_a_locked_graph(tmp_path):
         svc.sync("inv", s.openai_messages())
         before = hashlib.sha256(path.read_bytes()).hexdigest()
         proc = subprocess.run([sys.executable, "-m", "contextrender.cli", "explain", "inv", "--graph", str(path),
-                               "--budget", "290", "--embedding", "hashing", "--compare", "prune"],
+                               "--budget", "290", "--embedding", "hashing", "--method", "contextrender",
+                               "--compare", "prune"],
                               capture_output=True, text=True, cwd=REPO, timeout=120)
         assert proc.returncode == 0, proc.stderr
         out = proc.stdout
@@ -138,7 +139,7 @@ def test_explain_cli_reports_call_readiness_beside_the_table(tmp_path, capsys):
     with ContextGraph(path) as g:
         g.session("dinner").sync(dinner_bill())
     assert main(["explain", "dinner", "--graph", str(path), "--budget", str(DINNER_BILL_BUDGET),
-                 "--embedding", "hashing", "--compare", "prune"]) == 0
+                 "--embedding", "hashing", "--method", "contextrender", "--compare", "prune"]) == 0
     out = capsys.readouterr().out
     cr = next(ln for ln in out.splitlines() if ln.startswith("call readiness under contextrender "))
     pr = next(ln for ln in out.splitlines() if ln.startswith("call readiness under prune "))
@@ -183,3 +184,20 @@ def test_form_in_reads_a_peer_render():
             {"role": "tool", "content": "rows: id=7 total=12"}, {"role": "tool", "content": "(Tool result removed)"})
     r = Rendered(msgs, 10, frozenset({9}), sources=(0, 1, 2, 3))
     assert [form_in(r, s) for s in (1, 2, 3, 9, 5)] == ["omitted", "shortened", "omitted", "full", "not rendered"]
+
+
+def test_a_result_shown_as_ids_is_said_to_be_left_out_whole_not_dropped(tmp_path, capsys):
+    """Under the plus, a result shown by its ids was not dropped: its reason says it was left out *whole*."""
+    from contextrender.cli import main
+    from contextrender.experiments.fixtures.scenarios import DINNER_BILL_BUDGET, dinner_bill
+
+    path = tmp_path / "g.sqlite"
+    with ContextGraph(path) as g:
+        g.session("dinner").sync(dinner_bill())
+    assert main(["explain", "dinner", "--graph", str(path), "--budget", str(DINNER_BILL_BUDGET // 2),
+                 "--embedding", "hashing", "--method", "contextrender_plus"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln[:4].strip().isdigit()]
+    shown_by_values = [ln for ln in rows if "(values)" in ln]
+    assert shown_by_values, rows
+    assert all(("did not fit whole" in ln or "outscored whole by" in ln) for ln in shown_by_values), shown_by_values
+    assert not any("whole" in ln for ln in rows if "(values)" not in ln)  # an omitted result: the plain reason

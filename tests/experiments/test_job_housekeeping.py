@@ -379,3 +379,21 @@ def test_a_mistyped_target_is_not_reported_as_a_missing_package():
         with pytest.raises(InstantiationException) as err:
             build(OmegaConf.create({"_target_": target}), "benchmark")
         assert not isinstance(err.value, MissingPackage)
+
+
+def test_a_benchmark_dependency_that_is_missing_names_the_pinned_environment(tmp_path):
+    """A `[service]` install has no τ² dependencies (loguru): the run says which package and that the harness runs
+    in `make setup`'s environment, in one line and exit status 2, not a traceback."""
+    shadow = tmp_path / "shadow" / "loguru"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'loguru'\", name='loguru')\n")
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-m", "contextrender.experiments.run", f"run_dir={run_dir}",
+                          "embedding=hashing", "progress=false", f"hydra.run.dir={run_dir}/hydra", "model=oracle",
+                          "method=prune", "benchmark=tau2_retail", "benchmark.limit=1"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    said = out.stdout + out.stderr
+    assert out.returncode == 2, said
+    assert "the harness needs 'loguru', which is not installed" in said and "make setup" in said
+    assert "Traceback" not in said

@@ -108,16 +108,22 @@ class ClientRequests:
         await self.app(scope, recording, send)
 
 
-def run_chain(tmp_path: Path, files: int, budget: int) -> dict[str, Any]:
+def chain_tail(k: int, files: int) -> str:
+    """The last line of part ``k``: the next part's name, and in the last part the code word."""
+    return "CODEWORD=PERSIMMON" if k == files - 1 else f"next: part_{k + 1}.txt"
+
+
+def run_chain(tmp_path: Path, files: int, budget: int, *, model: Any = chain_model, tail: Any = chain_tail,
+              method: str = "contextrender") -> dict[str, Any]:
     """Claude Code follows a chain of ``files`` files through the proxy at B = ``budget``: its answer, what it
-    sent (``client``), what went upstream (``fake``), the sessions and the stored transcript."""
+    sent (``client``), what went upstream (``fake``), the sessions, the stored transcript and the expansions.
+    ``model(folder, files)`` is the scripted model; ``tail(k, files)`` part k's last line."""
     cli = claude_cli()
     work = tmp_path / "work"
     work.mkdir()
     for k in range(files):
-        tail = "CODEWORD=PERSIMMON" if k == files - 1 else f"next: part_{k + 1}.txt"
-        (work / f"part_{k}.txt").write_text(f"part {k} of the chain. {PAD} {PAD}\n{tail}\n")
-    fake = ScriptedAnthropic(chain_model(work, files))
+        (work / f"part_{k}.txt").write_text(f"part {k} of the chain. {PAD} {PAD}\n{tail(k, files)}\n")
+    fake = ScriptedAnthropic(model(work, files))
     graph = tmp_path / "cc.sqlite"
     service = ContextService(str(graph), embedder=HashingEmbedder(dim=256), default_budget=budget)
     home = tmp_path / "home"
@@ -125,7 +131,7 @@ def run_chain(tmp_path: Path, files: int, budget: int) -> dict[str, Any]:
     dummy_key = "sk-ant-dummy-0123456789"
     try:
         with serve(fake.app) as up:
-            client = ClientRequests(create_proxy_app(f"{up}/v1", service=service, budget=budget))
+            client = ClientRequests(create_proxy_app(f"{up}/v1", service=service, budget=budget, method=method))
             with serve(client) as url:
                 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
                        "CLAUDE_CONFIG_DIR": str(home / ".claude"), "ANTHROPIC_BASE_URL": url,
@@ -138,12 +144,13 @@ def run_chain(tmp_path: Path, files: int, budget: int) -> dict[str, Any]:
                     env=env, cwd=work, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         sessions = service.sessions()
         stored = service.transcript(sessions[0]).messages if sessions else ()
+        expansions = [e for sid in sessions for e in service.expansions(sid)]
     finally:
         service.close()
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert dummy_key.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("cc.sqlite*"))
     return {"out": json.loads(proc.stdout), "fake": fake, "client": client.bodies, "sessions": sessions,
-            "stored": stored}
+            "stored": stored, "expansions": expansions, "stdout": proc.stdout}
 
 
 def test_claude_code_multi_step_tool_task_under_budget(tmp_path):

@@ -126,7 +126,7 @@ def test_serve_and_proxy_processes(tmp_path):
     started = [ln for ln in proxy.stderr.read().splitlines() if ln.startswith("contextrender proxy: listening")]
     assert started == [f"contextrender proxy: listening on http://127.0.0.1:{pport}; Chat Completions -> "
                        f"http://127.0.0.1:{port}/v1/chat/completions; Responses -> http://127.0.0.1:{port}/v1/responses; "
-                       f"Messages -> http://127.0.0.1:{port}/v1/messages; B=500, method=contextrender, "
+                       f"Messages -> http://127.0.0.1:{port}/v1/messages; B=500, method=contextrender_plus, "
                        f"embedder=hashing-256, graph={tmp_path / 'p.sqlite'}"], started
 
 

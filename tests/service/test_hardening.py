@@ -609,7 +609,7 @@ def test_help_shows_defaults():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.choices and "serve" in a.choices).choices
     serve_help = " ".join(sub["serve"].format_help().split())
-    assert "(default: 8765)" in serve_help and "(default: 6000)" in serve_help and "(default: contextrender)" in serve_help
+    assert "(default: 8765)" in serve_help and "(default: 6000)" in serve_help and "(default: contextrender_plus)" in serve_help
     view_help = " ".join(sub["view"].format_help().split())
     assert "--last N" in view_help and "latest 30 invocations" in view_help
     assert "(default: 600.0)" in " ".join(sub["proxy"].format_help().split())

@@ -200,7 +200,7 @@ def test_cli_view_from_a_graph_and_from_a_trace_file(tmp_path):
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     _page, data = _parse(out.read_text(encoding="utf-8"))
-    assert data["policies"] == ["contextrender", "prune"] and data["session"] == "dinner"
+    assert data["policies"] == ["contextrender_plus", "prune"] and data["session"] == "dinner"
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps({"task_id": "dinner-trace", "messages": dinner_bill()}) + "\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "contextrender.cli", "view", str(trace), "--budget", "3000",
