@@ -448,5 +448,4 @@ class ExpandTool:
 
 __all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "expand",
            "expansions", "gives_handles", "handle", "marker", "messages_tool", "offer", "offered", "origin", "record",
-           "resolve",
-           "responses_tool", "shortened_note"]
+           "resolve", "responses_tool", "shortened_note"]
