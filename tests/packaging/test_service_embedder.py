@@ -104,7 +104,7 @@ def test_serve_explain_and_view_with_the_default_embedder(service_venv, workdir,
     msgs = agent_transcript(8)
     port = _free_port()
     proc = subprocess.Popen([service_venv.cli, "serve", "--port", str(port), "--graph", "g.sqlite", "--log-level",
-                             "warning"], cwd=cwd, env=service_venv.env(home), stdout=subprocess.DEVNULL,
+                             "warning", "--method", "contextrender"], cwd=cwd, env=service_venv.env(home), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -123,8 +123,8 @@ def test_serve_explain_and_view_with_the_default_embedder(service_venv, workdir,
     assert body["visible"] == sorted(want.visible) and body["tokens"] == want.tokens <= BUDGET
     assert body["messages"] == json.loads(json.dumps(list(want.messages)))
     # The graph recorded the embedder's name with each vector: explain and view pick it by default.
-    explain = service_venv.run([service_venv.cli, "explain", "s1", "--graph", "g.sqlite", "--budget", str(BUDGET)],
-                               cwd, home, timeout=120)
+    explain = service_venv.run([service_venv.cli, "explain", "s1", "--graph", "g.sqlite", "--budget", str(BUDGET),
+                                "--method", "contextrender"], cwd, home, timeout=120)
     assert explain.returncode == 0, explain.stderr
     assert "embedder all-MiniLM-L6-v2" in explain.stderr and f"contextrender renders {want.tokens} tokens" in \
         explain.stdout
