@@ -36,10 +36,11 @@ def job(run_dir: Path, *overrides: str):
                                             "model=oracle", *overrides])
 
 
-def cli(run_dir: Path, *overrides: str, wait: bool = True):
+def cli(run_dir: Path, *overrides: str, wait: bool = True, first_on_path: tuple[Path, ...] = ()):
     cmd = [sys.executable, "-m", "contextrender.experiments.run", f"run_dir={run_dir}", "embedding=hashing", "progress=false",
            f"hydra.run.dir={run_dir}/hydra", *overrides]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)])}  # + _faults
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, first_on_path), str(ROOT),
+                                                        str(Path(__file__).parent)])}  # + _faults
     if wait:
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -387,12 +388,8 @@ def test_a_benchmark_dependency_that_is_missing_names_the_pinned_environment(tmp
     shadow = tmp_path / "shadow" / "loguru"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'loguru'\", name='loguru')\n")
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
-    out = subprocess.run([sys.executable, "-m", "contextrender.experiments.run", f"run_dir={run_dir}",
-                          "embedding=hashing", "progress=false", f"hydra.run.dir={run_dir}/hydra", "model=oracle",
-                          "method=prune", "benchmark=tau2_retail", "benchmark.limit=1"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = cli(tmp_path / "run", "model=oracle", "method=prune", "benchmark=tau2_retail", "benchmark.limit=1",
+              first_on_path=(shadow.parent,))
     said = out.stdout + out.stderr
     assert out.returncode == 2, said
     assert "the harness needs 'loguru', which is not installed" in said and "make setup" in said

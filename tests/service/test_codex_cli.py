@@ -89,24 +89,30 @@ def codex_script(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
             shell_call(body, n, command)]
 
 
-def test_codex_exec_multi_step_shell_task_through_the_proxy(service, tmp_path):
-    binary = codex_bin()
-    fake = ScriptedResponsesUpstream(codex_script)
+def run_codex(binary: str, url: str, tmp_path: Path, prompt: str, provider_extra: str = "") -> Any:
+    """``codex exec`` of ``prompt`` in a fresh work folder and home, its model provider the proxy at ``url`` (its
+    ``/v1``) with ``provider_extra`` (TOML fields) added: only what Codex needs, no key of the caller's, no colour."""
     work, home = tmp_path / "work", tmp_path / "codex-home"
     work.mkdir()
     home.mkdir()
+    provider = (f'{{name="contextrender", base_url="{url}/v1", wire_api="responses", env_key="CR_TEST_KEY"'
+                f'{", " + provider_extra if provider_extra else ""}}}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env.update(CODEX_HOME=str(home), CR_TEST_KEY="sk-dummy-codex", NO_COLOR="1")
+    return subprocess.run(
+        [binary, "exec", "--skip-git-repo-check", "--ephemeral", "--ignore-user-config",
+         "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", str(work), "-m", "fake-model",
+         "-c", "model_provider=contextrender", "-c", f"model_providers.contextrender={provider}", prompt],
+        env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def test_codex_exec_multi_step_shell_task_through_the_proxy(service, tmp_path):
+    binary = codex_bin()
+    fake = ScriptedResponsesUpstream(codex_script)
     with serve(fake.app) as up, serve(create_proxy_app(f"{up}/v1", service=service, budget=B)) as url:
-        provider = (f'{{name="contextrender", base_url="{url}/v1", wire_api="responses", env_key="CR_TEST_KEY", '
-                    f'http_headers={{"X-ContextRender-Session"="{SESSION}"}}}}')
-        # Only what Codex needs: no key of the caller's, its own home, no colour.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-        env.update(CODEX_HOME=str(home), CR_TEST_KEY="sk-dummy-codex", NO_COLOR="1")
-        proc = subprocess.run(
-            [binary, "exec", "--skip-git-repo-check", "--ephemeral", "--ignore-user-config",
-             "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", str(work), "-m", "fake-model",
-             "-c", "model_provider=contextrender", "-c", f"model_providers.contextrender={provider}",
-             f"Follow the chain of records from REC_start with shell commands; steps={STEPS}."],
-            env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        proc = run_codex(binary, url, tmp_path,
+                         f"Follow the chain of records from REC_start with shell commands; steps={STEPS}.",
+                         f'http_headers={{"X-ContextRender-Session"="{SESSION}"}}')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"Done: the chain ends at REC_c_{STEPS} after {STEPS} steps." in proc.stdout
     assert len(fake.requests) == STEPS + 1, [o["path"] for o in fake.other]
@@ -136,25 +142,14 @@ def test_codex_gets_an_unreachable_upstream_named_promptly(service, tmp_path):
     import time
 
     binary = codex_bin()
-    work, home = tmp_path / "work", tmp_path / "codex-home"
-    work.mkdir()
-    home.mkdir()
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     try:
         with serve(create_proxy_app(f"http://127.0.0.1:{port}/v1", service=service, budget=B,
                                     connect_timeout=2)) as url:
-            provider = (f'{{name="contextrender", base_url="{url}/v1", wire_api="responses", env_key="CR_TEST_KEY", '
-                        'request_max_retries=0, stream_max_retries=0}')
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-            env.update(CODEX_HOME=str(home), CR_TEST_KEY="sk-dummy-codex", NO_COLOR="1")
             t0 = time.monotonic()
-            proc = subprocess.run(
-                [binary, "exec", "--skip-git-repo-check", "--ephemeral", "--ignore-user-config",
-                 "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", str(work), "-m", "fake-model",
-                 "-c", "model_provider=contextrender", "-c", f"model_providers.contextrender={provider}",
-                 "say hi"], env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+            proc = run_codex(binary, url, tmp_path, "say hi", "request_max_retries=0, stream_max_retries=0")
             took = time.monotonic() - t0
     finally:
         closed.close()

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ from .expand_upstream import FINAL, HANDLE, code_word, offered, record_text, res
 from .responses_upstream import ScriptedResponsesUpstream, items_of, message_item, request_history_tokens
 from .responses_upstream import pairing_problems as responses_pairing
 from .test_anthropic_claude_code import chain_model, run_chain
-from .test_codex_cli import codex_bin, shell_call
+from .test_codex_cli import codex_bin, run_codex, shell_call
 
 METHOD = "contextrender_plus"
 CODE = "PERSIMMON"
@@ -120,21 +118,11 @@ def codex_expanding_script(body: dict[str, Any], n: int) -> list[dict[str, Any]]
 def test_codex_reads_an_omitted_result_back_through_the_proxy(service, tmp_path):
     binary = codex_bin()
     fake = ScriptedResponsesUpstream(codex_expanding_script)
-    work, home = tmp_path / "work", tmp_path / "codex-home"
-    work.mkdir()
-    home.mkdir()
     with serve(fake.app) as up, serve(create_proxy_app(f"{up}/v1", service=service, budget=B_CODEX,
                                                        method=METHOD)) as url:
-        provider = (f'{{name="contextrender", base_url="{url}/v1", wire_api="responses", env_key="CR_TEST_KEY", '
-                    f'http_headers={{"X-ContextRender-Session"="codex-expand"}}}}')
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-        env.update(CODEX_HOME=str(home), CR_TEST_KEY="sk-dummy-codex", NO_COLOR="1")
-        proc = subprocess.run(
-            [binary, "exec", "--skip-git-repo-check", "--ephemeral", "--ignore-user-config",
-             "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "-C", str(work), "-m", "fake-model",
-             "-c", "model_provider=contextrender", "-c", f"model_providers.contextrender={provider}",
-             f"Print records r0 to r{STEPS - 1} with shell commands, then tell me record 0's code word."],
-            env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        proc = run_codex(binary, url, tmp_path,
+                         f"Print records r0 to r{STEPS - 1} with shell commands, then tell me record 0's code word.",
+                         'http_headers={"X-ContextRender-Session"="codex-expand"}')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"Record 0's code word is {CODE}." in proc.stdout
     assert TOOL_NAME not in proc.stdout + proc.stderr
