@@ -571,7 +571,13 @@ def _view(args: argparse.Namespace) -> int:
                                      "that name): give the path of an existing trace file, or a session id with "
                                      "--graph FILE")
                 graph = stack.enter_context(_snapshot(path))
-                name = _find_session(graph, args.source, path)
+                try:
+                    name = _find_session(graph, args.source, path)
+                except ValueError as e:
+                    if args.graph is not None:
+                        raise
+                    # No --graph: the argument may have been meant as a trace file; say that it is missing first.
+                    raise ValueError(f"no trace file {source}, and {e}") from None
                 usage = graph.session(name)
                 messages = usage.openai_messages()
                 embedder = _recorded_embedder(args.embedding, graph, name, "view")

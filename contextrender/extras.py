@@ -10,6 +10,8 @@ pull torch): a :class:`~contextrender.minilm.WeightsMissing` error carries its o
 from __future__ import annotations
 
 import re
+from importlib import metadata
+from pathlib import Path
 
 #: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies).
 EXTRA_OF_MODULE = {
@@ -44,16 +46,42 @@ def extra_of(error: ImportError, default: str = "service") -> str:
     return m.group(1) if m else default
 
 
+def shadowing_checkout() -> Path | None:
+    """The source checkout whose ``contextrender/`` Python imported instead of the installed package, if so.
+
+    After a plain (not editable) ``pip install .``, running ``python -m contextrender...`` from the checkout's root
+    imports the checkout's own folder (the working directory comes first on ``sys.path``), whose layout is not the
+    installed one (the harness and configs are mapped in by pyproject.toml): its imports fail as if an extra were
+    missing. Detected as: the imported package sits beside a ``pyproject.toml`` while the installed distribution's
+    ``contextrender/__init__.py`` is another file."""
+    import contextrender
+
+    here = Path(contextrender.__file__).resolve().parent
+    if not (here.parent / "pyproject.toml").is_file():
+        return None
+    try:
+        installed = Path(str(metadata.distribution("contextrender").locate_file("contextrender/__init__.py"))).resolve()
+    except (metadata.PackageNotFoundError, OSError, ValueError):
+        return None
+    return here.parent if installed.is_file() and installed.parent != here else None
+
+
 def missing_extra(error: ImportError, what: str, default: str = "service") -> str:
-    """One line for a user: ``what`` needs the extra ``error`` lacks, which module is missing, how to install it."""
+    """One line for a user: ``what`` needs the extra ``error`` lacks, which module is missing, how to install it.
+    (Or, when a checkout shadows the installed package, that: :func:`shadowing_checkout`.)"""
     from contextrender.minilm import MODEL_NAME, WeightsMissing
 
+    module = error.name or (error.__cause__.name if isinstance(error.__cause__, ImportError) else None)
+    if (module or "").split(".")[0] == "contextrender" and (root := shadowing_checkout()) is not None:
+        return (f"{what} cannot import {module!r}: Python is running the source checkout's contextrender/ in {root} "
+                "(the working directory comes first on sys.path) instead of the installed package, and the "
+                "checkout's layout is not the installed one. Run the command from another directory, or install "
+                "the checkout editable: pip install -e '.[service]'")
     if isinstance(error, WeightsMissing):  # not an extra: the error names its own command
         return f"{what} needs {MODEL_NAME}, and {error.detail}"
     extra = extra_of(error, default)
-    module = error.name or (error.__cause__.name if isinstance(error.__cause__, ImportError) else None)
     missing = f"module {module.split('.')[0]!r} is not installed" if module else str(error)
     return f"{what} needs the [{extra}] extra ({missing}): {install_line(extra)}"
 
 
-__all__ = ["EMBEDDER_EXTRAS", "EXTRA_OF_MODULE", "extra_of", "install_line", "missing_extra"]
+__all__ = ["EMBEDDER_EXTRAS", "EXTRA_OF_MODULE", "extra_of", "install_line", "missing_extra", "shadowing_checkout"]

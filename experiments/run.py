@@ -11,7 +11,9 @@ Examples::
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -33,6 +35,27 @@ def _multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _refused() -> None:
+    """A single job refused before it ran (the reason is on stderr): remove the output directory Hydra made for it
+    (its config copy and a log of that one line) and the parents that held only it, so a failed start leaves nothing
+    behind. A sweep keeps its directories: its other jobs ran."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or _multirun():
+        return
+    out = Path(HydraConfig.get().runtime.output_dir)
+    if not out.is_dir() or any(p.name not in (".hydra", "run.log") and not p.name.endswith(".log")
+                               for p in out.iterdir()):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    parents = list(out.parents)[:2]  # the default layout's outputs/<experiment_name>, then outputs
+    for parent in parents if len(parents) == 2 and parents[1].name == "outputs" else []:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 @hydra.main(config_path="pkg://contextrender.conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # Hydra has configured logging (console and the job's .log file) by now; make each of its
@@ -46,6 +69,7 @@ def main(cfg: DictConfig) -> float | None:
         log.error("%s", redact(str(e)))
         if _multirun():
             raise  # Hydra runs the sweep's other jobs, then fails with it (an exit here would end the sweep)
+        _refused()
         sys.exit(2)
     except ModuleNotFoundError as e:  # a package of the harness (a benchmark's dependency) is not installed
         if not e.name or e.name.split(".")[0] == "contextrender":
@@ -53,6 +77,7 @@ def main(cfg: DictConfig) -> float | None:
         log.error("%s", missing_package_message(e))
         if _multirun():
             raise
+        _refused()
         sys.exit(2)
     except KeyboardInterrupt:
         log.warning("interrupted: the episodes that finished are recorded; the same command resumes the job")

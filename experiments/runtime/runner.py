@@ -302,6 +302,9 @@ def run_job(cfg: DictConfig) -> JobSummary:
     compactor = build(cfg.compactor, "compactor")
     method_name = str(cfg.method.name)
     chash = config_hash(result_config(cfg))
+    # The tasks before any file: a benchmark whose package is missing (or whose data is) fails here and leaves no
+    # run directory behind.
+    tasks = list(benchmark.tasks())
     stem = _slug(f"{model.name}__{benchmark.name}__{method_name}__B{budget}")
     run_dir = private_dir(Path(cfg.run_dir))
     for sub in ("records", "traces", "graphs"):
@@ -312,7 +315,7 @@ def run_job(cfg: DictConfig) -> JobSummary:
     job_lock = hold_lock(run_dir / "records" / f"{stem}.lock", what=f"job {stem} in {run_dir}")
     try:
         return Job(cfg, run_dir, stem, budget, chash, benchmark, model, embedder, compactor, method_name,
-                   acon_thresholds).run()
+                   acon_thresholds, tasks).run()
     finally:
         job_lock.close()  # releases the lock; the file stays (unlinking it would race a new holder)
 
@@ -356,7 +359,7 @@ class Job:
     """One (model, benchmark, method, budget) job, built by :func:`run_job` under the job's lock.
 
     :meth:`run` opens the job's files and runs every task not done yet through :meth:`episode`,
-    on ``cfg.workers`` threads; the fields after ``acon_thresholds`` are set by :meth:`run` and
+    on ``cfg.workers`` threads; the fields after ``tasks`` are set by :meth:`run` and
     shared by its episodes (an episode outside a run has nothing to write to).
     """
 
@@ -371,6 +374,7 @@ class Job:
     compactor: Any
     method_name: str
     acon_thresholds: dict[str, Any] | None = None  # ACON's thresholds for the benchmark, when the method is ACON
+    tasks: list[Any] | None = None  # the benchmark's tasks when already loaded (else read by :meth:`run`)
     records: RecordFile = field(init=False, repr=False)
     traces: TraceFile = field(init=False, repr=False)
     graph: ContextGraph = field(init=False, repr=False)
@@ -398,7 +402,7 @@ class Job:
         self.weights = OmegaConf.to_container(cfg.method.weights) if "weights" in cfg.method else None
         self.metric = self.benchmark.primary_metric
 
-        tasks = self.benchmark.tasks()
+        tasks = self.tasks if self.tasks is not None else list(self.benchmark.tasks())
         self.keys = {t.id: episode_key(self.model.name, self.benchmark.name, t.id, self.method_name, self.budget,
                                        self.chash) for t in tasks}
         job_keys = set(self.keys.values())

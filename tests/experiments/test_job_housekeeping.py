@@ -392,5 +392,8 @@ def test_a_benchmark_dependency_that_is_missing_names_the_pinned_environment(tmp
               first_on_path=(shadow.parent,))
     said = out.stdout + out.stderr
     assert out.returncode == 2, said
-    assert "the harness needs 'loguru', which is not installed" in said and "make setup" in said
-    assert "Traceback" not in said
+    assert "the harness needs 'loguru', which is not installed" in out.stderr and "make setup" in out.stderr
+    assert "Traceback" not in said and "loguru" not in out.stdout  # the reason on stderr, like every error
+    # Nothing of the refused run is left: no records, lock or graph file, and not Hydra's output directory.
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert not (tmp_path / "run" / "hydra").exists()

@@ -134,7 +134,7 @@ def test_cli_reads_directories_globs_and_forced_formats(mixed, capsys):
     code = cli_main(["replay", str(mixed / "tau2" / "scripted_*.json"), "--trace-format", "tau2", "--budget", "500",
                      "--methods", "prune", "--embedding", "hashing"])
     printed = capsys.readouterr().out
-    assert code == 0 and "scripted_telecom.json: tau2, 1 episodes" in printed and "6 files ignored" in printed
+    assert code == 0 and "scripted_telecom.json: τ²-bench results, 1 episodes" in printed and "6 files ignored" in printed
 
 
 def test_cli_names_the_bad_record_and_lenient_skips_it(tmp_path, capsys):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _transcript import agent_transcript, trace_lines
+from _venv import REPO
 
 from contextrender import ContextGraph, HashingEmbedder, make_compactor
 from contextrender.experiments.evaluation.replay import replay_traces
@@ -222,3 +224,25 @@ def test_replay_errors_exit_2_with_a_clear_message(service_venv, workdir, case):
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
     assert not (cwd / "r.json").exists()
+
+
+def test_a_checkout_that_shadows_the_installed_package_is_named(service_venv, workdir, tmp_path):
+    """`pip install .` (not editable), then a command run with ``python -m`` from the checkout's root: Python imports
+    the checkout's contextrender/, whose layout is not the installed one. The error says so and how to get out."""
+    cwd, home = workdir
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO / "contextrender", checkout / "contextrender",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / "pyproject.toml", checkout / "pyproject.toml")
+    (checkout / "traces.jsonl").write_text("\n".join(trace_lines()) + "\n")
+    proc = service_venv.run([service_venv.python, "-m", "contextrender.cli", "replay", "traces.jsonl", "--budget",
+                             "900", "--methods", "prune", "--embedding", "hashing"], checkout, home, timeout=180)
+    assert proc.returncode == 2, proc.stderr
+    assert f"the source checkout's contextrender/ in {checkout}" in proc.stderr, proc.stderr
+    assert "from another directory" in proc.stderr and "pip install -e '.[service]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    # The same command from any other directory runs the installed package.
+    (cwd / "traces.jsonl").write_text("\n".join(trace_lines()) + "\n")
+    ok = service_venv.run([service_venv.python, "-m", "contextrender.cli", "replay", "traces.jsonl", "--budget",
+                           "900", "--methods", "prune", "--embedding", "hashing"], cwd, home, timeout=180)
+    assert ok.returncode == 0, ok.stderr

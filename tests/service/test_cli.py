@@ -74,6 +74,18 @@ def test_export(tmp_path, capsys):
     assert main(["export", "task-1", "--graph", str(tmp_path / "missing.sqlite")]) == 2
 
 
+def test_replay_of_an_exported_session_names_the_file_format_not_a_method(tmp_path, capsys):
+    graph = tmp_path / "g.sqlite"
+    with ContextGraph(graph) as g:
+        g.session("wrap-1").sync([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    out = tmp_path / "my_traces.jsonl"
+    assert main(["export", "wrap-1", "--graph", str(graph), "--out", str(out)]) == 0
+    assert main(["replay", str(out), "--budget", "500", "--methods", "full,prune", "--embedding", "hashing"]) == 0
+    printed = capsys.readouterr().out
+    assert f"- {out}: trace lines (export, wrap, the harness), 1 episodes" in printed, printed
+    assert ": contextrender," not in printed  # a file's format, never read as the method that rendered it
+
+
 def test_a_harness_record_key_names_its_latest_session_and_a_wrong_name_lists_some(tmp_path, capsys):
     graph = tmp_path / "g.sqlite"
     key = "oracle|tau2_retail|2|full|2000|38c7d0dd19e281f2"
@@ -154,3 +166,14 @@ def test_view_of_a_missing_trace_file_says_the_file_is_missing(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "no trace file runs/nosuch.jsonl" in err and "--graph FILE" in err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_view_of_a_missing_trace_file_beside_a_graph_says_the_file_is_missing_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CONTEXTRENDER_GRAPH", raising=False)
+    with ContextGraph(tmp_path / "contextrender.sqlite") as g:  # the service's default graph, as after a `wrap`
+        g.session("s1").sync([{"role": "user", "content": "hi"}])
+    assert main(["view", "traces.jsonl", "--budget", "1000", "--embedding", "hashing"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("contextrender view: no trace file traces.jsonl, and no session 'traces.jsonl'"), err
+    assert "'s1'" in err
