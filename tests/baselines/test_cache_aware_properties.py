@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_baseline_properties import BUDGETED, PEERS, transcripts
 
 from contextrender import ContextGraph, ExtractiveCompactor, HashingEmbedder
-from contextrender.cache_aware import CacheAware
+from contextrender.cache_aware import CacheAware, _covers, _forms
 from contextrender.registry import build_policy, method_config
 
 EMB = HashingEmbedder(dim=64)
@@ -37,6 +37,7 @@ POLICIES = _policies()
 def test_cache_aware_renders_stay_under_budget_and_append_while_they_fit(messages, budget):
     session = ContextGraph().session("ca")
     last: dict[str, tuple] = {}
+    held: dict[str, dict[int, str] | None] = {}  # per method: the forms its latest render held each result in
 
     def render_all() -> None:
         for name, policy in POLICIES.items():
@@ -52,9 +53,17 @@ def test_cache_aware_renders_stay_under_budget_and_append_while_they_fit(message
                 # The previous render with what arrived since appended: taken whenever it fits B.
                 prev_msgs, prev_n = prev
                 appended = prev_msgs + tuple(session.message(s).to_openai() for s in range(prev_n, len(session)))
-                if history_recount(session, SimpleNamespace(messages=appended)) <= budget:
-                    assert out.messages == appended, name
+                if history_recount(session, SimpleNamespace(messages=appended)) <= budget and out.messages != appended:
+                    # Only a selector that holds results as it showed them (the plus) declines an appended render that
+                    # fits, and only when the method would now show some result in a stronger form than the appended
+                    # render holds it (an older one the latest messages made relevant; docs/method.md §15).
+                    assert policy._pins and held.get(name) is not None, name
+                    forms = {**held[name], **{s: "full" for s in range(prev_n, len(session)) if session.is_result(s)}}
+                    fresh = policy.inner.pinning(session, budget, explain=False)({})
+                    assert not fresh.shortcut and not _covers(forms, _forms(fresh)), name
             last[name] = (out.messages, len(session))
+            plan = policy._plans[(session.graph.uid, session.id, budget)][1]
+            held[name] = None if plan.held is None else {q: f for q, (_, f) in plan.held.items()}
 
     for m in messages:
         if m["role"] == "assistant":
