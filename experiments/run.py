@@ -44,8 +44,7 @@ def _refused() -> None:
     if not HydraConfig.initialized() or _multirun():
         return
     out = Path(HydraConfig.get().runtime.output_dir)
-    if not out.is_dir() or any(p.name not in (".hydra", "run.log") and not p.name.endswith(".log")
-                               for p in out.iterdir()):
+    if not out.is_dir() or any(p.name != ".hydra" and not p.name.endswith(".log") for p in out.iterdir()):
         return
     shutil.rmtree(out, ignore_errors=True)
     parents = list(out.parents)[:2]  # the default layout's outputs/<experiment_name>, then outputs

@@ -75,7 +75,7 @@ from contextrender.embed import embed_many
 from contextrender.events import SYSTEM_ROLES, Message, Usage
 from contextrender.experiments.evaluation.measures import MeasureStats, MeasureTracker
 from contextrender.experiments.evaluation.recall import AGE_BINS, RecallStats, count_events, recall, reuse_events
-from contextrender.experiments.evaluation.traces import FORMAT_TITLES, Episode, TraceSet, open_traces
+from contextrender.experiments.evaluation.traces import Episode, TraceSet, format_title, open_traces
 from contextrender.graph import ContextGraph, Session
 from contextrender.render import Rendered, Scope, task_index, task_text
 from contextrender.tokens import DEFAULT_ENCODING, TokenCounter
@@ -805,8 +805,7 @@ def _sources_lines(result: ReplayResult) -> list[str]:
     for f in result.sources["files"]:
         extra = [f"{f['skipped']} skipped"] if f["skipped"] else []
         extra += [f"{n} excluded ({r})" for r, n in (f.get("excluded") or {}).items()]
-        title = FORMAT_TITLES.get(f["format"], f["format"])
-        lines.append(f"- {f['path']}: {title}, {f['episodes']} episodes" + (f" ({'; '.join(extra)})" if extra else ""))
+        lines.append(f"- {f['path']}: {format_title(f['format'])}, {f['episodes']} episodes" + (f" ({'; '.join(extra)})" if extra else ""))
     if result.sources["ignored"]:
         lines.append(f"- {len(result.sources['ignored'])} files ignored (not trace files)")
     bench = result.benchmark or {}
@@ -1238,7 +1237,7 @@ def _ceilings(policies: Mapping[str, Any], embedder: Any) -> tuple[Any, Any]:
 def _log_replay(result: ReplayResult, budget: int, n_methods: int, elapsed: float, shared: Shared) -> None:
     """What a finished replay read, what went over budget, and where the time went."""
     for f in (result.sources or {}).get("files", []):
-        log.info("%s: %s, %d episodes%s", f["path"], FORMAT_TITLES.get(f["format"], f["format"]), f["episodes"],
+        log.info("%s: %s, %d episodes%s", f["path"], format_title(f["format"]), f["episodes"],
                  f", {f['skipped']} skipped" if f["skipped"] else "")
     for name, t in result.methods.items():
         if t.budgeted and t.over_budget:

@@ -101,12 +101,17 @@ log = logging.getLogger(__name__)
 #: Trace file formats (see the module docstring); ``auto`` = recognise by content.
 FORMATS: tuple[str, ...] = ("contextrender", "tau2", "taubench", "bfcl")
 AUTO = "auto"
+#: JSONL formats (one record a line; errors name the line). The others are one JSON document.
+JSONL_FORMATS = frozenset({"contextrender", "bfcl"})
 #: How a summary names each format: a file's format, not the method that recorded it (an exported session of any
 #: method is a ``contextrender`` line).
 FORMAT_TITLES = {"contextrender": "trace lines (export, wrap, the harness)", "tau2": "τ²-bench results",
                  "taubench": "τ-bench results", "bfcl": "BFCL results"}
-#: JSONL formats (one record a line; errors name the line). The others are one JSON document.
-JSONL_FORMATS = frozenset({"contextrender", "bfcl"})
+
+
+def format_title(fmt: str) -> str:
+    """A format as a summary names it (:data:`FORMAT_TITLES`; an unknown one as itself)."""
+    return FORMAT_TITLES.get(fmt, fmt)
 
 
 class TraceError(ValueError):
