@@ -37,8 +37,9 @@ other work, OpenBLAS's threads wait for each other at every product: measured he
 ``make bench`` records the throughput beside sentence-transformers'.
 
 **Batches never change a vector.** Texts of equal token length run together with no padding
-(padding changes the other rows' sums in their last bits), and every step is row-wise or
-per-text, so a text's vector is the same bit for bit whatever it is embedded with and however the
+(padding changes the other rows' sums in their last bits), every product is one BLAS call per
+text (a single product over the whole batch may round a row differently as the row count
+changes: :func:`_rows_by_text`), and every other step is row-wise, so a text's vector is the same bit for bit whatever it is embedded with and however the
 chunks fall on threads (``tests/core/test_minilm.py`` checks it). The batch size costs little
 here: a 100-token text is already a (100, 384) × (384, 1536) product.
 """
@@ -235,6 +236,17 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return x
 
 
+def _rows_by_text(x: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """``x @ w`` for the rows ``(n·L, h)`` of ``n`` texts of ``L`` tokens each, one BLAS product per text.
+
+    A stacked product ``(n, L, h) @ (h, k)`` hands BLAS one ``(L, h) × (h, k)`` product per text, so a
+    text's rows come out the same bit for bit whatever else is in the batch. One ``(n·L, h)`` product
+    does not promise that: OpenBLAS picks its kernels and blocking by the row count, and a row's last
+    bits change with it (measured on an x86-64 machine with numpy's bundled OpenBLAS).
+    """
+    return (x.reshape(n, -1, x.shape[-1]) @ w).reshape(x.shape[0], w.shape[1])
+
+
 @dataclass(frozen=True)
 class _Layer:
     """One encoder layer's weights, laid out for ``x @ W`` (torch's Linear stores them transposed)."""
@@ -308,6 +320,7 @@ def _single_threaded_blas() -> Iterator[None]:
     global _blas_users, _blas_limiter
     with _blas_lock:
         if _blas_users == 0:
+            _free_openblas_control()
             _blas_limiter = _controller().limit(limits=1, user_api="blas")
         _blas_users += 1
     try:
@@ -316,8 +329,30 @@ def _single_threaded_blas() -> Iterator[None]:
         with _blas_lock:
             _blas_users -= 1
             if _blas_users == 0:
+                _free_openblas_control()
                 _blas_limiter.restore_original_limits()
                 _blas_limiter = None
+                _free_openblas_control()
+
+
+def _free_openblas_control() -> None:
+    """Let this thread set OpenBLAS's thread count, and leave it free for others after.
+
+    OpenBLAS built with pthreads has one pool for the process; threadpoolctl (3.8 on) therefore lets
+    only one thread change its size, the first to try, and silently ignores the others. The limit here
+    is set by the first of several concurrent calls and restored by the last one out, which may be
+    other threads, so every change, made under ``_blas_lock``, first frees that control (and frees it
+    again after the restore, for whoever sets limits next). Without this, a process whose main thread
+    once limited BLAS would run every later worker-thread call on the full pool: slower, and with
+    rows rounded differently (the pool splits a product's rows).
+    """
+    try:
+        from threadpoolctl import OpenBLASController  # type: ignore[attr-defined]
+    except ImportError:  # threadpoolctl before 3.8: any thread may set the limit
+        return
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
 
 
 def _cpus() -> int:
@@ -447,7 +482,7 @@ class MiniLM:
         if mask is not None:
             bias = np.where(mask[:, None, None, :] > 0, np.float32(0), np.finfo(np.float32).min).astype(np.float32)
         for layer in self.layers:
-            qkv = x @ layer.qkv
+            qkv = _rows_by_text(x, layer.qkv, n)
             qkv += layer.qkv_bias
             # (3, n, heads, L, d), made contiguous: numpy's matmul hands only contiguous stacks to BLAS
             # (strided ones go through its own loop, several times slower).
@@ -461,15 +496,15 @@ class MiniLM:
             total = scores.sum(axis=-1, keepdims=True)
             ctx = scores @ v
             ctx /= total  # softmax's division, on (L, d) instead of (L, L)
-            attn = ctx.transpose(0, 2, 1, 3).reshape(n * length, h) @ layer.out
+            attn = _rows_by_text(ctx.transpose(0, 2, 1, 3).reshape(n * length, h), layer.out, n)
             attn += layer.out_bias
             attn += x
             x = _layer_norm(attn, *layer.ln1, self.eps)
-            up = x @ layer.up
+            up = _rows_by_text(x, layer.up, n)
             up += layer.up_bias
             for r in range(0, n * length, _GELU_ROWS):
                 gelu_(up[r:r + _GELU_ROWS])
-            down = up @ layer.down
+            down = _rows_by_text(up, layer.down, n)
             down += layer.down_bias
             down += x
             x = _layer_norm(down, *layer.ln2, self.eps)

@@ -152,6 +152,28 @@ def test_concurrent_calls_agree_with_serial_ones_and_restore_blas_threads(model)
     assert minilm._blas_users == 0
 
 
+def test_blas_runs_on_one_thread_in_calls_from_any_thread(model, monkeypatch):
+    """The main thread limits BLAS first (and so becomes threadpoolctl's controlling thread); a call from
+    another thread after it must still hold BLAS at one thread while it runs."""
+    from threadpoolctl import ThreadpoolController
+
+    blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+    seen: list[int] = []
+    encode_ids = model.encode_ids
+
+    def spy(ids, mask=None):
+        seen.extend(lib.get_num_threads() for lib in blas)
+        return encode_ids(ids, mask)
+
+    monkeypatch.setattr(model, "encode_ids", spy)
+    model.encode(TEXTS[:3], threads=1)
+    for threads in (1, 2):
+        worker = threading.Thread(target=model.encode, args=(TEXTS[3:9],), kwargs={"threads": threads})
+        worker.start()
+        worker.join()
+    assert blas and seen and set(seen) == {1}
+
+
 def test_the_model_loads_once_under_concurrent_first_calls(monkeypatch):
     loads = []
     real = minilm.MiniLM.load.__func__
