@@ -238,10 +238,6 @@ class CacheAware:
 
         held = sorted(q for q in prev.held if q < prev.n)
         # Every result keeps at least the form the fresh render gives it: what the method would show now is shown.
-        # (Weaker rules lost tasks: a full text held as its id form loses the words a later call takes from prose,
-        # BFCL's "driver"; a result the previous render omitted that the latest messages made relevant again,
-        # τ²-retail's item ids; docs/method.md §15.)
-        # Every result keeps at least the form the fresh render gives it: what the method would show now is shown.
         # (Looser rules lost tasks: a full text held as its id form loses the words a later call takes from prose,
         # BFCL's "driver"; a result the previous render omitted that the latest messages made relevant again,
         # τ²-retail's item ids; letting a kept result keep only its weaker form moved a reread task; §15.)
@@ -363,8 +359,6 @@ def _rewritten(session: Session, prev: _Plan, r: Rendered) -> int:
     scope = Scope.of(session)
     outside = session.tokens_of(scope.system) + (session.ntok(scope.current) if scope.current is not None else 0)
     return max(0, r.tokens + outside - kept)
-
-
 
 
 def _takes_pins(policy: Any) -> bool:
