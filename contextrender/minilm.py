@@ -39,9 +39,9 @@ other work, OpenBLAS's threads wait for each other at every product: measured he
 **Batches never change a vector.** Texts of equal token length run together with no padding
 (padding changes the other rows' sums in their last bits), every product is one BLAS call per
 text (a single product over the whole batch may round a row differently as the row count
-changes: :func:`_rows_by_text`), and every other step is row-wise, so a text's vector is the same bit for bit whatever it is embedded with and however the
-chunks fall on threads (``tests/core/test_minilm.py`` checks it). The batch size costs little
-here: a 100-token text is already a (100, 384) × (384, 1536) product.
+changes: :func:`_rows_by_text`), and every other step is row-wise, so a text's vector is the
+same bit for bit whatever it is embedded with and however the chunks fall on threads
+(``tests/core/test_minilm.py`` checks it). The batch size costs little here: a 100-token text is already a (100, 384) × (384, 1536) product.
 """
 
 from __future__ import annotations
@@ -320,8 +320,7 @@ def _single_threaded_blas() -> Iterator[None]:
     global _blas_users, _blas_limiter
     with _blas_lock:
         if _blas_users == 0:
-            _free_openblas_control()
-            _blas_limiter = _controller().limit(limits=1, user_api="blas")
+            _blas_limiter = _as_blas_controller(lambda: _controller().limit(limits=1, user_api="blas"))
         _blas_users += 1
     try:
         yield
@@ -329,29 +328,31 @@ def _single_threaded_blas() -> Iterator[None]:
         with _blas_lock:
             _blas_users -= 1
             if _blas_users == 0:
-                _free_openblas_control()
-                _blas_limiter.restore_original_limits()
+                _as_blas_controller(_blas_limiter.restore_original_limits)
                 _blas_limiter = None
-                _free_openblas_control()
 
 
-def _free_openblas_control() -> None:
-    """Let this thread set OpenBLAS's thread count, and leave it free for others after.
+def _as_blas_controller(change: Any) -> Any:
+    """``change()`` (a limit or its restore) made from this thread, with OpenBLAS's control free before and after.
 
-    OpenBLAS built with pthreads has one pool for the process; threadpoolctl (3.8 on) therefore lets
-    only one thread change its size, the first to try, and silently ignores the others. The limit here
-    is set by the first of several concurrent calls and restored by the last one out, which may be
-    other threads, so every change, made under ``_blas_lock``, first frees that control (and frees it
-    again after the restore, for whoever sets limits next). Without this, a process whose main thread
-    once limited BLAS would run every later worker-thread call on the full pool: slower, and with
-    rows rounded differently (the pool splits a product's rows).
+    OpenBLAS built with pthreads has one pool for the process; threadpoolctl (3.8 on) therefore lets only one
+    thread change its size, the first to try, and silently ignores the others. The limit here is set by the first
+    of several concurrent calls and restored by the last one out, which may be other threads, so each change, made
+    under ``_blas_lock``, frees that control first and again after. Without this, a process whose main thread once
+    limited BLAS would run every later worker-thread call on the full pool: slower, and with rows rounded
+    differently (the pool splits a product's rows).
     """
     try:
         from threadpoolctl import OpenBLASController  # type: ignore[attr-defined]
     except ImportError:  # threadpoolctl before 3.8: any thread may set the limit
-        return
+        return change()
     clear = getattr(OpenBLASController, "clear_controlling_thread", None)
-    if clear is not None:
+    if clear is None:
+        return change()
+    clear(force=True)
+    try:
+        return change()
+    finally:
         clear(force=True)
 
 

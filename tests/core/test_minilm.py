@@ -155,10 +155,8 @@ def test_concurrent_calls_agree_with_serial_ones_and_restore_blas_threads(model)
 def test_blas_runs_on_one_thread_in_calls_from_any_thread(model, monkeypatch):
     """The main thread limits BLAS first (and so becomes threadpoolctl's controlling thread); a call from
     another thread after it must still hold BLAS at one thread while it runs."""
-    import numpy.linalg  # noqa: F401  (numpy's BLAS is what the encoder's products run on)
-
-    model.encode(TEXTS[:1])  # the limiter's controller exists, and names the BLAS libraries numpy loaded
-    # Only those: a BLAS another package loads later (scipy's) runs none of the encoder's products.
+    # The BLAS libraries the limiter controls (numpy's at least): one that another package loads after it was made
+    # (scipy's, later in the suite) runs none of the encoder's products.
     blas = [lib for lib in minilm._controller().lib_controllers if lib.user_api == "blas"]
     seen: list[int] = []
     encode_ids = model.encode_ids
