@@ -41,7 +41,8 @@ other work, OpenBLAS's threads wait for each other at every product: measured he
 text (a single product over the whole batch may round a row differently as the row count
 changes: :func:`_rows_by_text`), and every other step is row-wise, so a text's vector is the
 same bit for bit whatever it is embedded with and however the chunks fall on threads
-(``tests/core/test_minilm.py`` checks it). The batch size costs little here: a 100-token text is already a (100, 384) × (384, 1536) product.
+(``tests/core/test_minilm.py`` checks it). The batch size costs little here: a 100-token text
+is already a (100, 384) × (384, 1536) product.
 """
 
 from __future__ import annotations
