@@ -55,6 +55,22 @@ def write_premium(profile: str, model: str | None = None) -> float:
     return max(0.0, (write - p.cache_read) / p.input)
 
 
+def request_shares(profile: str, model: str | None = None) -> tuple[float, float]:
+    """(read, write): what a cached read and a cache write of a token cost, in plain input tokens, at the model's
+    prices — Anthropic's (0.1, 1.25), gpt-4.1's (0.25, 1: OpenAI writes at the input price). (1, 1) without a cache;
+    without litellm's cost map a read is taken as free and a write at the input price, as :func:`write_premium`."""
+    if rules(profile).profile == "none":
+        return 1.0, 1.0
+    try:
+        p = prices(model or PROFILE_MODELS[profile])
+    except PricesUnavailable:
+        return 0.0, 1.0
+    if p.input <= 0:
+        return 1.0, 1.0
+    write = p.cache_write if profile == "anthropic" else p.input
+    return p.cache_read / p.input, write / p.input
+
+
 def headroom(budget: int, growth: float, premium: float) -> int:
     """h, the room a re-render leaves for the calls after it to append into.
 
@@ -121,6 +137,7 @@ class CacheAware:
         self.budgeted = inner.budgeted
         self.profile = rules(profile).profile
         self.premium = write_premium(self.profile, model)
+        self.read_share, self.write_share = request_shares(self.profile, model)
         self.max_sessions = int(max_sessions)
         self._plans: OrderedDict[tuple[str, str, int], tuple[_Plan | None, _Plan]] = OrderedDict()
         self._lock = threading.Lock()
@@ -190,9 +207,10 @@ class CacheAware:
             if appended is not None:
                 forms = None if prev.held is None else {**{q: f for q, (_, f) in prev.held.items()}, **{
                     q: "full" for q in appended.visible if q >= prev.n}}
-                if forms is not None and self._pins:
+                if forms is not None and self._pins and not _recoverable(self.inner, session):
                     # Appending must not keep less than the method would now: a result the fresh render brings
                     # back (an older one the latest messages made relevant) forces the change (docs/method.md §15).
+                    # Where the expand tool is offered, what a render left out is one expansion away: no change.
                     fresh = self.inner.pinning(session, budget, explain=False)({})  # type: ignore[attr-defined]
                     if not fresh.shortcut and not _covers(forms, _forms(fresh)):
                         appended = None
@@ -232,16 +250,34 @@ class CacheAware:
         growth = self._growth(session)
         h = headroom(budget, growth, self.premium)
 
+        recoverable = _recoverable(self.inner, session)
+        fresh_forms = _forms(fresh)
+        scope = Scope.of(session)
+        outside = session.tokens_of(scope.system) + (session.ntok(scope.current) if scope.current is not None else 0)
+
         def per_call(sel: Any) -> float:
+            """In plain input tokens: the re-sent tokens' premium, spread over the calls the free room lets append,
+            and, where the tool is offered, the expansions a new result shown weaker than the method would show it
+            is expected to cost (each one more request: the prompt read from the cache, the result written)."""
             room = budget - sel.rendered.tokens
-            return _rewritten(session, prev, sel.rendered) / (1.0 + room / growth if growth > 0 else 1.0)
+            cost = self.premium * _rewritten(session, prev, sel.rendered) / (1.0 + room / growth if growth > 0 else 1.0)
+            if recoverable:
+                forms = _forms(sel)
+                weaker = [q for q, f in fresh_forms.items() if q >= prev.n
+                          and _KEEPS.get(forms.get(q, ""), 0) < _KEEPS.get(f, 0)]
+                # A result the model has not seen yet is what it asked for last: shown weaker, it is read back.
+                cost += sum(self.read_share * (outside + sel.rendered.tokens) + self.write_share * session.ntok(q)
+                            for q in weaker)
+            return cost
 
         held = sorted(q for q in prev.held if q < prev.n)
         # Every result keeps at least the form the fresh render gives it: what the method would show now is shown.
         # (Looser rules lost tasks: a full text held as its id form loses the words a later call takes from prose,
         # BFCL's "driver"; a result the previous render omitted that the latest messages made relevant again,
         # τ²-retail's item ids; letting a kept result keep only its weaker form moved a reread task; §15.)
-        want = _forms(fresh)
+        # Where the expand tool is offered, a value a render holds back is one expansion away, appended at the end
+        # where it breaks no cached prefix: then any cut qualifies and the cheapest is taken (§15, step 2).
+        want = {} if recoverable else fresh_forms
         best, best_cost = None, per_call(fresh)
 
         def consider(k: int, select: Any) -> Any:
@@ -361,8 +397,17 @@ def _rewritten(session: Session, prev: _Plan, r: Rendered) -> int:
     return max(0, r.tokens + outside - kept)
 
 
+def _recoverable(policy: Any, session: Session) -> bool:
+    """Whether what ``policy``'s render leaves out stays within the model's reach: the expand tool is offered in
+    ``session`` and the policy's markers carry handles (docs/method.md §16), so an omitted or shortened result's
+    marker names the handle that reads it back."""
+    from contextrender.expand import gives_handles, offered
+
+    return gives_handles(policy) and offered(session)
+
+
 def _takes_pins(policy: Any) -> bool:
     return callable(getattr(policy, "pinning", None))
 
 
-__all__ = ["CacheAware", "headroom", "write_premium"]
+__all__ = ["CacheAware", "headroom", "request_shares", "write_premium"]

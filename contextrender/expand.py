@@ -56,18 +56,14 @@ MAX_MATCH_WORDS = 32
 #: Parts of a ``key`` path, at most.
 MAX_KEY_PARTS = 16
 
-DESCRIPTION = ("Read back a tool result that the conversation shows only as a marker such as "
-               f'[omitted; {TOOL_NAME}("123456789")]. Pass its handle; optionally narrow it with `key` (a JSON '
-               "key path such as orders.0.items) or `match` (words or ids; only the matching lines, rows or "
-               "JSON members come back).")
+DESCRIPTION = (f'Read back a tool result shown only as a marker [omitted; {TOOL_NAME}("<handle>")]. '
+               "`key` (a JSON path such as orders.0.items) or `match` (words or ids) returns only that part.")
 PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "handle": {"type": "string", "description": "the 9-digit handle from the marker"},
-        "key": {"type": "string", "description": "optional JSON key path, parts separated by dots (list items by "
-                                                 "index): only that member comes back"},
-        "match": {"type": "string", "description": "optional words or ids, separated by spaces or commas: only "
-                                                   "the lines, rows or JSON members containing one come back"},
+        "handle": {"type": "string", "description": "the marker's 9-digit handle"},
+        "key": {"type": "string", "description": "JSON key path, dot-separated (list items by index)"},
+        "match": {"type": "string", "description": "words or ids: matching lines, rows or members only"},
     },
     "required": ["handle"],
     "additionalProperties": False,

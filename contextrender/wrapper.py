@@ -192,8 +192,10 @@ class ContextRenderState:
     warned_stateful: bool = False
 
     def __init__(self, service: ContextService, *, owns_graph: bool, budget: int, method: str,
-                 overrides: Mapping[str, Any] | None, session: str | None) -> None:
+                 overrides: Mapping[str, Any] | None, session: str | None, expand: bool = True) -> None:
         self.service = service
+        #: Whether chat calls offer the expand tool where the method's markers carry handles (docs/service.md).
+        self.expand = expand
         self.budget = budget
         self.method = method
         self.overrides = dict(overrides) if overrides else None
@@ -223,14 +225,21 @@ class ContextRenderState:
 
     def prepare(self, messages: list[Any]) -> tuple[str, list[Any]]:
         """Sync ``messages`` and render; return (session id, the messages to send)."""
+        res, _, sent = self.prepare_chat(messages, offer_expand=False)
+        return res.session, sent
+
+    def prepare_chat(self, messages: list[Any], *, offer_expand: bool,
+                     budget: int | None = None) -> tuple[RenderResult, list[Any], list[Any]]:
+        """Sync ``messages`` and render (at ``budget``, default B); return (the render, the plain history, the
+        messages to send). ``offer_expand``: this call answers the expand tool (the chat expand loop)."""
         plain = [_plain(m) for m in messages]
-        res = self.render(plain)
+        res = self.render(plain, offer_expand=offer_expand, budget=budget)
         # The proxy's rule (kept messages as sent, only changed bodies replaced), then back to the
         # caller's own objects where a message was an SDK object rather than a dict.
         own = {id(p): m for p, m in zip(plain, messages, strict=True)}
         sent = [own.get(id(m), m) for m in forwarded_messages(plain, res)]
         self.remember(res, sent)
-        return res.session, sent
+        return res, plain, sent
 
     def key_for(self, plain: list[Any]) -> str:
         """The session key of the OpenAI-format history ``plain``: the one given to :func:`wrap`, else derived."""
@@ -251,15 +260,15 @@ class ContextRenderState:
         except ServiceError as e:
             raise _RAISED_AS[e.kind](e.message) from e
 
-    def render(self, plain: list[Any]) -> RenderResult:
+    def render(self, plain: list[Any], *, offer_expand: bool = False, budget: int | None = None) -> RenderResult:
         """Sync the OpenAI-format history ``plain`` into its session (the one given to :func:`wrap`, else
-        derived from it; a fork if it contradicts the stored one) and render it under B."""
+        derived from it; a fork if it contradicts the stored one) and render it under B (or ``budget``)."""
         if self._closed:
             raise GraphError("this contextrender wrapper is closed")
         key = self.key_for(plain)
         try:
-            res = self.service.render(key, messages=plain, budget=self.budget, method=self.method,
-                                      overrides=self.overrides, on_conflict="fork")
+            res = self.service.render(key, messages=plain, budget=budget or self.budget, method=self.method,
+                                      overrides=self.overrides, on_conflict="fork", offer_expand=offer_expand)
         except ServiceError as e:
             raise _RAISED_AS[e.kind](e.message) from e
         return res
@@ -358,8 +367,12 @@ class ContextRenderState:
         return out
 
     def create(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
-        sid, sent = self.prepare(list(messages))
-        render = self.render_of(sid)
+        history = list(messages)
+        res, plain, sent = self.prepare_chat(history, offer_expand=self._offers(kwargs))
+        loop = self._expand_loop(res, sent, kwargs)
+        if loop is not None:
+            return _ChatExpanding(self, loop, fn, args, history, kwargs).run()
+        sid, render = res.session, self.render_of(res.session)
         out = fn(*args, messages=sent, **kwargs)
         if inspect.isawaitable(out):  # an async client whose create is not a coroutine function
             return self.afinish(out, sid, bool(kwargs.get("stream")), render)
@@ -367,9 +380,160 @@ class ContextRenderState:
 
     async def acreate(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         # Syncing and rendering may embed results (CPU): off the event loop.
-        sid, sent = await asyncio.to_thread(self.prepare, list(messages))
-        render = self.render_of(sid)
+        history = list(messages)
+        res, plain, sent = await asyncio.to_thread(self.prepare_chat, history, offer_expand=self._offers(kwargs))
+        loop = self._expand_loop(res, sent, kwargs)
+        if loop is not None:
+            return await _ChatExpanding(self, loop, fn, args, history, kwargs).arun()
+        sid, render = res.session, self.render_of(res.session)
         return await self.afinish(fn(*args, messages=sent, **kwargs), sid, bool(kwargs.get("stream")), render)
+
+    # -- the expand tool (docs/service.md, "The expand tool") -----------------------------
+
+    def _offers(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether this chat call may offer the expand tool: the wrapper answers it (``wrap(expand=True)``) and the
+        call's ``tools`` are a list or not given (the loop adds the tool to them)."""
+        return self.expand and _tools_of(kwargs) is not None
+
+    def _expand_loop(self, res: RenderResult, sent: list[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The expand loop for this call (:class:`~contextrender.service.expansion.Loop`) when its render's markers
+        carry handles and the history exceeds B, else None."""
+        from contextrender.service import chat_completions, expansion
+
+        tools = _tools_of(kwargs)
+        if not self.expand or tools is None or not expansion.offers(res):
+            return None
+        return expansion.Loop(self.service, res, chat_completions.WIRE, {"messages": sent, "tools": tools},
+                              self.budget)
+
+
+def _tools_of(kwargs: Mapping[str, Any]) -> list[Any] | None:
+    """A chat call's ``tools`` as a list ([] when not given, the SDK's NOT_GIVEN / omit included); None when they
+    are something the loop cannot add the tool to."""
+    tools = kwargs.get("tools")
+    if tools is None or type(tools).__name__ in ("NotGiven", "Omit"):
+        return []
+    return list(tools) if isinstance(tools, (list, tuple)) else None
+
+
+class _Replayed:
+    """A stream read whole by the expand loop, given to the caller chunk by chunk as it came; its other attributes
+    (``response``…) are the client stream's (already closed)."""
+
+    def __init__(self, inner: Any, chunks: list[Any]) -> None:
+        self._inner = inner
+        self._chunks = chunks
+
+    def __iter__(self) -> Any:
+        return iter(self._chunks)
+
+    def __enter__(self) -> _Replayed:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _AsyncReplayed(_Replayed):
+    """The async form of :class:`_Replayed` (``async for``, ``async with``)."""
+
+    def __aiter__(self) -> Any:
+        async def replay() -> Any:
+            for c in self._chunks:
+                yield c
+        return replay()
+
+    async def __aenter__(self) -> _AsyncReplayed:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+
+class _ChatExpanding:
+    """One chat call with the expand tool offered, as the proxy runs it (:mod:`~contextrender.service.expansion`):
+    the call goes to the client with the tool added; an answer that calls the tool is answered from the graph and the
+    call made again with the round appended (the history rendered again at B minus the rounds when they would not
+    fit); the first answer without expand calls is the caller's, recorded and returned as the client returned it.
+    A stream is read whole first and then given to the caller chunk by chunk (:class:`_Replayed`): the caller sees
+    no stream of an answer that was not its own. Every round's usage is recorded as billed. An upstream that keeps
+    calling the tool past the cap raises :class:`~contextrender.service.expansion.Stop`."""
+
+    def __init__(self, state: ContextRenderState, loop: Any, fn: Any, args: tuple[Any, ...], history: list[Any],
+                 kwargs: dict[str, Any]) -> None:
+        self.state, self.loop, self.fn, self.args, self.history, self.kwargs = state, loop, fn, args, history, kwargs
+        self.stream = bool(kwargs.get("stream"))
+
+    def _call_kwargs(self) -> dict[str, Any]:
+        body = self.loop.body()
+        return {**self.kwargs, "messages": body["messages"], "tools": body["tools"]}
+
+    def _read(self, out: Any, chunks: list[Any] | None) -> tuple[dict[str, Any] | None, PromptUsage | None]:
+        """The answer's message (OpenAI format) and usage: of the chunks read, or of the whole completion."""
+        if chunks is not None:
+            asm = StreamAssembler()
+            for c in chunks:
+                asm.feed(b"data: " + json.dumps(_plain(c), ensure_ascii=False).encode() + b"\n\n")
+            asm.close()
+            return (asm.message() if asm.complete else None), asm.usage()
+        msg = _first_message(out)
+        return (dict(_plain(msg)) if msg is not None else None), chat_prompt_usage(usage_object(out))
+
+    def _round(self, msg: dict[str, Any], usage: PromptUsage | None) -> None:
+        """Answer one round (blocking: it reads and writes the graph) and render again if the rounds need room."""
+        state, loop = self.state, self.loop
+        state.record_usage(state.render_of(loop.res.session), "chat", usage, streamed=self.stream)
+        again = loop.answer(msg, msg)
+        if again is not None:
+            res, _, sent = state.prepare_chat(self.history, offer_expand=True, budget=again)
+            loop.rendered_again(res, {"messages": sent, "tools": loop.fwd["tools"]})
+        log.info("session %s: expand round %d answered (%d expansions so far, +%d history tokens)",
+                 loop.res.session, loop.rounds, loop.expanded, loop.added)
+
+    def run(self) -> Any:
+        from contextrender.service.expansion import expand_calls
+
+        while True:
+            out = self.fn(*self.args, **self._call_kwargs())
+            chunks = None
+            if self.stream and _first_message(out) is None:
+                try:
+                    chunks = list(out)
+                finally:
+                    close = getattr(out, "close", None)
+                    if callable(close):
+                        close()
+            msg, usage = self._read(out, chunks)
+            if msg is None or not expand_calls(msg):
+                return self.state.finish(_Replayed(out, chunks) if chunks is not None else out,
+                                         self.loop.res.session, self.stream, self.state.render_of(self.loop.res.session))
+            self._round(msg, usage)
+
+    async def arun(self) -> Any:
+        from contextrender.service.expansion import expand_calls
+
+        while True:
+            out = self.fn(*self.args, **self._call_kwargs())
+            if inspect.isawaitable(out):
+                out = await out
+            chunks = None
+            if self.stream and _first_message(out) is None:
+                try:
+                    chunks = [c async for c in out] if hasattr(out, "__aiter__") else list(out)
+                finally:
+                    close = getattr(out, "close", None)
+                    done = close() if callable(close) else None
+                    if inspect.isawaitable(done):
+                        await done
+            msg, usage = self._read(out, chunks)
+            if msg is None or not expand_calls(msg):
+                return await self.state.afinish(_AsyncReplayed(out, chunks) if chunks is not None else out,
+                                                self.loop.res.session, self.stream,
+                                                self.state.render_of(self.loop.res.session))
+            await asyncio.to_thread(self._round, msg, usage)
 
 
 class _Recorder:
@@ -650,7 +814,7 @@ class WrappedClient:
 
 def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str | Path | ContextGraph = ":memory:",
          session: str | None = None, overrides: Mapping[str, Any] | None = None, embedder: Any = None,
-         compactor: Any = None, stateful_responses: str = "refuse") -> WrappedClient:
+         compactor: Any = None, stateful_responses: str = "refuse", expand: bool = True) -> WrappedClient:
     """Wrap a client so every model call sends the history rendered under ``budget``: an OpenAI-compatible
     client's chat completions and Responses calls, an Anthropic client's messages.
 
@@ -678,6 +842,10 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         stateful_responses: a ``responses.create`` call that relies on the API's stored state
             (``previous_response_id``, ``conversation``) cannot be rendered: ``"refuse"`` raises ValueError,
             ``"passthrough"`` sends it unchanged (logged once).
+        expand: with a method whose markers can carry handles (``contextrender_plus``), chat completions calls
+            offer the model the ``contextrender_expand`` tool once the history exceeds B, and the wrapper answers
+            its calls itself in a bounded loop, calling the client again (docs/service.md, "The expand tool"); the
+            caller never sees the tool. ``False``: never offered (markers carry no handles).
 
     Returns:
         A :class:`WrappedClient`: the client's own interface, with ``chat.completions.create``
@@ -710,7 +878,8 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         if owns:
             svc.close()
         raise ValueError(e.message) from None
-    state = ContextRenderState(svc, owns_graph=owns, budget=b, method=method, overrides=overrides, session=session)
+    state = ContextRenderState(svc, owns_graph=owns, budget=b, method=method, overrides=overrides, session=session,
+                               expand=bool(expand))
     state.stateful_responses = stateful_responses
     return anthropic_client.AnthropicWrappedClient(client, state) if anthropic else WrappedClient(client, state)
 

@@ -38,8 +38,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contextrender import expand as expand_tool
 from contextrender.billing import PromptUsage
 from contextrender.service.errors import InvalidMessages
+from contextrender.service.expansion import Wire
 from contextrender.service.results import RenderResult
 from contextrender.service.usage import prompt_usage as usage_counts
 
@@ -619,7 +621,17 @@ def answer_content(data: Any) -> list[Any]:
     content = data.get("content") if isinstance(data, Mapping) else None
     return list(content) if isinstance(content, list) else []
 
-__all__ = ["MAX_BREAKPOINTS", "Converted", "Origin", "USAGE_FIELDS", "alternating", "answer_content",
+def tool_name(tool: Any) -> str | None:
+    """The name of a ``tools`` entry (``{"name": ...}``)."""
+    return tool.get("name") if isinstance(tool, dict) else None
+
+
+#: The expand loop's pieces in this API (:class:`~contextrender.service.expansion.Wire`): rounds are appended to
+#: ``messages``; a whole answer's and a stream's raw answer is its content blocks.
+WIRE = Wire("messages", expand_tool.messages_tool, tool_name, answer_content, lambda asm: asm.content(), expand_round)
+
+
+__all__ = ["WIRE", "MAX_BREAKPOINTS", "Converted", "Origin", "USAGE_FIELDS", "alternating", "answer_content",
            "assistant_message", "expand_round", "forwarded_messages",
            "keep_breakpoints", "merged_usage", "pairing_errors", "prompt_usage", "repair_pairing", "text_of", "to_openai",
            "tool_result_ids", "tool_use_ids"]

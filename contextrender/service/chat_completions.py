@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from contextrender import expand as expand_tool
+from contextrender.service.expansion import Wire
+
 
 def answer_message(data: Any) -> dict[str, Any]:
     """A whole chat completion's ``choices[0].message`` (empty when it has none)."""
@@ -35,4 +38,14 @@ def expand_round(message: Mapping[str, Any], answers: Mapping[str, tuple[str, bo
     return out
 
 
-__all__ = ["answer_message", "expand_round"]
+def tool_name(tool: Any) -> str | None:
+    """The name of a ``tools`` entry (``{"type": "function", "function": {"name": ...}}``)."""
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn.get("name") if isinstance(fn, dict) else None
+
+
+#: The expand loop's Chat Completions pieces (:class:`~contextrender.service.expansion.Wire`): rounds are appended to
+#: ``messages``; a whole answer's and a stream's raw answer is the assistant message.
+WIRE = Wire("messages", expand_tool.chat_tool, tool_name, answer_message, lambda asm: asm.message(), expand_round)
+
+__all__ = ["WIRE", "answer_message", "expand_round", "tool_name"]

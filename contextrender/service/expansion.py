@@ -1,7 +1,7 @@
 """The expand tool inside the service: the bounded loop the proxy runs (docs/service.md, "The expand tool").
 
-When a render's markers carry handles (a method with the ``expand`` option, such as ``contextrender_plus``, once
-the history exceeds B), the proxy adds ``contextrender_expand`` to the tools the model sees. An answer that calls
+When a render's markers can carry handles (a method with the ``expand`` option, such as ``contextrender_plus``),
+the proxy adds ``contextrender_expand`` to the tools the model sees, from the session's first request on. An answer that calls
 it is not the client's: the service answers each call from the graph (:meth:`ContextService.expand`), appends the
 round — the model's turn and the results — at the end of the request, so everything before it stays the bytes
 the provider has cached, and asks the upstream again. Only an answer without expand calls reaches the client.
@@ -16,19 +16,22 @@ A call the model made beside an expand call in the same answer is neither run no
 sent back holds the expand calls only, and the model makes its own calls again, now with what it read back. The
 client sees calls only in the final answer, so none runs twice.
 
-This module knows the rounds as OpenAI-format messages and each API's wire pieces through a :class:`Wire`; it
-knows nothing of HTTP.
+This module knows the rounds as OpenAI-format messages and each API's wire pieces through a :class:`Wire` (each
+defined in that API's own module); it knows nothing of HTTP. The proxy runs the loop over HTTP, ``wrap`` over the
+wrapped client's own calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contextrender import expand as expand_tool
 from contextrender.service.results import RenderResult
-from contextrender.service.sessions import ContextService
+
+if TYPE_CHECKING:  # the service needs the method registry: each API's wire module imports Wire without it
+    from contextrender.service.sessions import ContextService
 
 #: Rounds of expand calls answered per client request; one more gets the cap's error, then :class:`Stop`.
 MAX_ROUNDS = 4
@@ -62,10 +65,11 @@ class Wire:
 
 
 def offers(res: RenderResult) -> bool:
-    """Whether the request rendered as ``res`` gets the tool: its markers carry handles and the history exceeds B
-    (before that nothing is omitted; from then on it stays offered, so the tools a provider caches do not change
-    again)."""
-    return res.expand and res.full_tokens > res.budget
+    """Whether the request rendered as ``res`` gets the tool: its method's markers carry handles. From the session's
+    first request on, so the tools — the front of the prompt a provider caches — never change mid-session (adding
+    the tool when the history first exceeds B would re-write the whole cached prompt, tools and system prompt
+    included, once per session)."""
+    return res.expand
 
 
 def with_tool(body: Mapping[str, Any], wire: Wire) -> dict[str, Any]:

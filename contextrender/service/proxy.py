@@ -83,7 +83,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from contextrender import __version__
-from contextrender import expand as expand_tool
 from contextrender.adapters._common import derive_session_key, valid_session_id
 from contextrender.billing import PromptUsage
 from contextrender.graph import UsageTotals
@@ -906,26 +905,14 @@ def _json_of(up: httpx.Response) -> Any:
         return None
 
 
-def _chat_tool_name(tool: Any) -> str | None:
-    fn = tool.get("function") if isinstance(tool, dict) else None
-    return fn.get("name") if isinstance(fn, dict) else None
-
-
-def _tool_name(tool: Any) -> str | None:
-    return tool.get("name") if isinstance(tool, dict) else None
-
-
 CHAT_API = _Api("chat", "chat/completions", None, _oai_error, StreamAssembler, _chat_answer, chat_prompt_usage,
-                expansion.Wire("messages", expand_tool.chat_tool, _chat_tool_name, chat_completions.answer_message,
-                               lambda asm: asm.message(), chat_completions.expand_round))
+                chat_completions.WIRE)
 MESSAGES_API = _Api("messages", "messages", True, _anthropic_error, AnthropicStreamAssembler, _messages_answer,
                     anthropic_messages.prompt_usage,
-                    expansion.Wire("messages", expand_tool.messages_tool, _tool_name, anthropic_messages.answer_content,
-                                   lambda asm: asm.content(), anthropic_messages.expand_round))
+                    anthropic_messages.WIRE)
 RESPONSES_API = _Api("responses", "responses", False, _oai_error, ResponsesStreamAssembler, _responses_answer,
                      responses_api.prompt_usage,
-                     expansion.Wire("input", expand_tool.responses_tool, _tool_name, responses_api.answer_output,
-                                    lambda asm: asm.output(), responses_api.expand_round))
+                     responses_api.WIRE)
 #: The rendered APIs, by the name their usage is counted under.
 APIS: Mapping[str, _Api] = {a.name: a for a in (CHAT_API, MESSAGES_API, RESPONSES_API)}
 

@@ -49,8 +49,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contextrender import expand as expand_tool
 from contextrender.billing import PromptUsage
 from contextrender.service.errors import InvalidMessages
+from contextrender.service.expansion import Wire
 from contextrender.service.results import RenderResult
 from contextrender.service.usage import prompt_usage as usage_counts
 
@@ -554,6 +556,16 @@ def answer_output(data: Any) -> list[Any]:
     output = data.get("output") if isinstance(data, Mapping) else None
     return list(output) if isinstance(output, list) else []
 
-__all__ = ["CALL_OUTPUT", "Converted", "OUTPUT_TYPES", "Origin", "answer_output", "assistant_message",
+def tool_name(tool: Any) -> str | None:
+    """The name of a ``tools`` entry (``{"name": ...}``)."""
+    return tool.get("name") if isinstance(tool, dict) else None
+
+
+#: The expand loop's pieces in this API (:class:`~contextrender.service.expansion.Wire`): rounds are appended to
+#: ``input``; a whole answer's and a stream's raw answer is its output items.
+WIRE = Wire("input", expand_tool.responses_tool, tool_name, answer_output, lambda asm: asm.output(), expand_round)
+
+
+__all__ = ["WIRE", "CALL_OUTPUT", "Converted", "OUTPUT_TYPES", "Origin", "answer_output", "assistant_message",
            "content_text", "expand_round", "forwarded_input", "pairing_errors", "prompt_usage", "repair_pairing", "stateful_fields", "to_openai",
            "tool_call"]

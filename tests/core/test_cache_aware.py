@@ -106,6 +106,59 @@ def test_over_budget_the_plus_keeps_what_it_would_show_and_bills_no_more() -> No
         assert got["anthropic"] <= 1.01 * ref["anthropic"] and got["openai"] <= 1.01 * ref["openai"], (got, ref)
 
 
+def _offered_renders(policy: object, messages: list[dict], budget: int) -> tuple[object, list[object]]:
+    """As :func:`renders`, in a session where the expand tool is offered (as the proxy's and the episode's are)."""
+    from contextrender import expand
+
+    session = ContextGraph().session("s")
+    expand.offer(session)
+    out = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            session.extend(messages[len(session):i])
+            out.append(policy.render(session, budget))  # type: ignore[attr-defined]
+    session.extend(messages[len(session):])
+    out.append(policy.render(session, budget))  # type: ignore[attr-defined]
+    return session, out
+
+
+def _shared(a: object, b: object) -> int:
+    """Leading messages two renders have in common."""
+    k = 0
+    for x, y in zip(a.messages, b.messages, strict=False):  # type: ignore[attr-defined]
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def test_where_the_expand_tool_is_offered_the_plus_holds_what_it_showed_and_each_held_back_result_has_its_handle() -> None:
+    """docs/method.md §15 step 2: with the tool offered, a result the plus held back stays as it was shown (one
+    expansion away, appended at the end), so its renders change only near their end and bill well under the same
+    renders without the offer (measured 0.37× under Anthropic's ratios on both sessions); every result not
+    shown in full carries the handle that reads it back."""
+    from contextrender import expand
+
+    for n, items, budget in ((14, 5, 1500), (30, 4, 3000)):
+        msgs = _policy_session(n, items)
+        session, seq = _offered_renders(plus(), msgs, budget)
+        assert all(r.tokens <= budget for r in seq)  # type: ignore[attr-defined]
+        billing = SessionBilling(("anthropic",), TokenCounter())
+        got = sum(u.uncached + 0.1 * u.cache_read + 1.25 * u.cache_write
+                  for r in seq for u in billing.request(r.messages, None, 20).values())  # type: ignore[attr-defined]
+        ref = _bills(plus(), msgs, budget)["anthropic"]
+        assert got < 0.85 * ref, (got, ref)
+        # a change that re-sends more than the last two messages of the previous render is rare
+        early = sum(_shared(a, b) < len(a.messages) - 2 for a, b in zip(seq, seq[1:], strict=False))  # type: ignore[attr-defined]
+        assert early < len(seq) // 3, (early, len(seq))
+        last = seq[-1]
+        for m, src in zip(last.messages, last.sources, strict=True):  # type: ignore[attr-defined]
+            if src is None or not session.is_result(src) or m["content"] == session.message(src).content:
+                continue
+            found = expand.MARKER_HANDLE.findall(m["content"])
+            assert found and expand.resolve(session, found[-1]) == src, m["content"][-200:]
+
+
 def test_the_newest_results_values_are_shown_whenever_the_methods_own_render_shows_them() -> None:
     """A change is taken only where it keeps what the method keeps of the results new since the last render: every
     item id of the newest order that the plus's own render shows, the cache-aware plus shows too."""

@@ -165,7 +165,8 @@ def test_the_default_embedder_beside_sentence_transformers_is_written(tmp_path):
 
 
 def test_cache_aware_part_is_written(tmp_path):
-    """The cache-aware overhead part alone, quick: both renders timed side by side at each budget, as a ratio."""
+    """The cache-aware overhead part alone, quick: off, on and on with the expand tool offered, timed side by side at
+    each budget, as ratios to off."""
     out = tmp_path / "cache_aware.json"
     report = bench.main(["--quick", "--skip-overhead", "--skip-embed", "--skip-replay", "--skip-embedder",
                          "--skip-view", "--cache-aware-sessions", "1", "--cache-aware-out", str(out)])
@@ -176,3 +177,5 @@ def test_cache_aware_part_is_written(tmp_path):
         assert _finite_positive(row["ms_per_render_on"]) and _finite_positive(row["ms_per_render_off"])
         assert math.isclose(row["ratio"], row["ms_per_render_on"] / row["ms_per_render_off"], rel_tol=1e-6)
         assert row["within_goal"] == (row["ratio"] <= bench.CACHE_AWARE_GOAL)
+        assert math.isclose(row["ratio_expand_offered"],
+                            row["ms_per_render_on_expand_offered"] / row["ms_per_render_off"], rel_tol=1e-6)
