@@ -368,7 +368,7 @@ class ContextRenderState:
 
     def create(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         history = list(messages)
-        res, plain, sent = self.prepare_chat(history, offer_expand=self._offers(kwargs))
+        res, _, sent = self.prepare_chat(history, offer_expand=self._offers(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
             return _ChatExpanding(self, loop, fn, args, history, kwargs).run()
@@ -381,7 +381,7 @@ class ContextRenderState:
     async def acreate(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         # Syncing and rendering may embed results (CPU): off the event loop.
         history = list(messages)
-        res, plain, sent = await asyncio.to_thread(self.prepare_chat, history, offer_expand=self._offers(kwargs))
+        res, _, sent = await asyncio.to_thread(self.prepare_chat, history, offer_expand=self._offers(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
             return await _ChatExpanding(self, loop, fn, args, history, kwargs).arun()
@@ -494,10 +494,13 @@ class _ChatExpanding:
                  loop.res.session, loop.rounds, loop.expanded, loop.added)
 
     def run(self) -> Any:
+        """The loop for a sync client: the caller's answer (a completion, or a stream of its chunks)."""
         from contextrender.service.expansion import expand_calls
 
         while True:
             out = self.fn(*self.args, **self._call_kwargs())
+            if inspect.isawaitable(out):  # an async client whose create is not a coroutine function
+                return self.arun(out)
             chunks = None
             if self.stream and _first_message(out) is None:
                 try:
@@ -512,11 +515,12 @@ class _ChatExpanding:
                                          self.loop.res.session, self.stream, self.state.render_of(self.loop.res.session))
             self._round(msg, usage)
 
-    async def arun(self) -> Any:
+    async def arun(self, first: Any = None) -> Any:
+        """As :meth:`run`, for an async client; ``first``: the awaitable its first call already returned."""
         from contextrender.service.expansion import expand_calls
 
         while True:
-            out = self.fn(*self.args, **self._call_kwargs())
+            out, first = (first, None) if first is not None else (self.fn(*self.args, **self._call_kwargs()), None)
             if inspect.isawaitable(out):
                 out = await out
             chunks = None

@@ -155,3 +155,39 @@ def test_wrap_stops_an_upstream_that_calls_expand_forever():
     assert len(rounds) == 1  # the round told the cap was reached, then the stop
     for body in up.requests:
         assert history_tokens(body["messages"]) <= B
+
+
+def test_wrap_loop_continues_when_a_sync_looking_create_returns_an_awaitable():
+    """A client whose ``create`` is a plain function returning a coroutine (a thin shim over an async SDK): the
+    loop goes on asynchronously and the awaited answer is the upstream's final one."""
+    up = ChatUpstream()
+
+    class Shim:
+        def __init__(self, inner: Any) -> None:
+            self.chat = type("Chat", (), {})()
+            self.chat.completions = type("Completions", (), {})()
+            self.chat.completions.create = lambda **kw: inner.chat.completions.create(**kw)
+
+    async def main() -> list[dict[str, Any]]:
+        inner = openai.AsyncOpenAI(base_url=f"{up_url}/v1", api_key="sk-test", max_retries=0)
+        client = contextrender.wrap(Shim(inner), budget=B, method="contextrender_plus",
+                                    embedder=contextrender.HashingEmbedder())
+        messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
+        answers = []
+        for _ in range(TURNS + 3):
+            got = client.chat.completions.create(model="gpt-test", messages=messages, tools=[CHAT_LOOKUP])
+            msg = _message(await got, False)
+            answers.append(msg)
+            messages.append(msg)
+            if not msg.get("tool_calls"):
+                break
+            for c in msg["tool_calls"]:
+                k = int(json.loads(c["function"]["arguments"])["record"][1:])
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": record_text(k)})
+        await inner.close()
+        return answers
+
+    with serve(up.app) as up_url:
+        answers = asyncio.run(main())
+    assert answers[-1]["content"] == FINAL + code_word(0) + "."
+    assert any(TOOL_NAME in json.dumps(b["messages"]) for b in up.requests)  # an expand round did run
