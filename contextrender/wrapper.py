@@ -847,9 +847,9 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
             (``previous_response_id``, ``conversation``) cannot be rendered: ``"refuse"`` raises ValueError,
             ``"passthrough"`` sends it unchanged (logged once).
         expand: with a method whose markers can carry handles (``contextrender_plus``), chat completions calls
-            offer the model the ``contextrender_expand`` tool once the history exceeds B, and the wrapper answers
-            its calls itself in a bounded loop, calling the client again (docs/service.md, "The expand tool"); the
-            caller never sees the tool. ``False``: never offered (markers carry no handles).
+            offer the model the ``contextrender_expand`` tool from the session's first call, and the wrapper
+            answers its calls itself in a bounded loop, calling the client again (docs/service.md, "The expand
+            tool"); the caller never sees the tool. ``False``: never offered (markers carry no handles).
 
     Returns:
         A :class:`WrappedClient`: the client's own interface, with ``chat.completions.create``
