@@ -276,7 +276,8 @@ class CacheAware:
         # BFCL's "driver"; a result the previous render omitted that the latest messages made relevant again,
         # τ²-retail's item ids; letting a kept result keep only its weaker form moved a reread task; §15.)
         # Where the expand tool is offered, a value a render holds back is one expansion away, appended at the end
-        # where it breaks no cached prefix: then any cut qualifies and the cheapest is taken (§15, step 2).
+        # where it breaks no cached prefix: then every cut qualifies, so the latest one (under B and B − h) is
+        # priced against the fresh render, the expected expansions included (§15, step 2).
         want = {} if recoverable else fresh_forms
         best, best_cost = None, per_call(fresh)
 

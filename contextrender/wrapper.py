@@ -397,7 +397,7 @@ class ContextRenderState:
 
     def _expand_loop(self, res: RenderResult, sent: list[Any], kwargs: Mapping[str, Any]) -> Any:
         """The expand loop for this call (:class:`~contextrender.service.expansion.Loop`) when its render's markers
-        carry handles and the history exceeds B, else None."""
+        can carry handles (the method's ``expand`` option, the tool offered), else None."""
         from contextrender.service import chat_completions, expansion
 
         tools = _tools_of(kwargs)
@@ -465,6 +465,8 @@ class _ChatExpanding:
     def __init__(self, state: ContextRenderState, loop: Any, fn: Any, args: tuple[Any, ...], history: list[Any],
                  kwargs: dict[str, Any]) -> None:
         self.state, self.loop, self.fn, self.args, self.history, self.kwargs = state, loop, fn, args, history, kwargs
+        # this call's render, taken now: another call of the session may render before this one's answer comes
+        self.render = state.render_of(loop.res.session)
         self.stream = bool(kwargs.get("stream"))
 
     def _call_kwargs(self) -> dict[str, Any]:
@@ -485,10 +487,14 @@ class _ChatExpanding:
     def _round(self, msg: dict[str, Any], usage: PromptUsage | None) -> None:
         """Answer one round (blocking: it reads and writes the graph) and render again if the rounds need room."""
         state, loop = self.state, self.loop
-        state.record_usage(state.render_of(loop.res.session), "chat", usage, streamed=self.stream)
-        again = loop.answer(msg, msg)
+        state.record_usage(self.render, "chat", usage, streamed=self.stream)
+        try:
+            again = loop.answer(msg, msg)
+        except ServiceError as e:
+            raise _RAISED_AS[e.kind](e.message) from e
         if again is not None:
             res, _, sent = state.prepare_chat(self.history, offer_expand=True, budget=again)
+            self.render = state.render_of(res.session)
             loop.rendered_again(res, {"messages": sent, "tools": loop.fwd["tools"]})
         log.info("session %s: expand round %d answered (%d expansions so far, +%d history tokens)",
                  loop.res.session, loop.rounds, loop.expanded, loop.added)
@@ -512,7 +518,7 @@ class _ChatExpanding:
             msg, usage = self._read(out, chunks)
             if msg is None or not expand_calls(msg):
                 return self.state.finish(_Replayed(out, chunks) if chunks is not None else out,
-                                         self.loop.res.session, self.stream, self.state.render_of(self.loop.res.session))
+                                         self.loop.res.session, self.stream, self.render)
             self._round(msg, usage)
 
     async def arun(self, first: Any = None) -> Any:
@@ -535,8 +541,7 @@ class _ChatExpanding:
             msg, usage = self._read(out, chunks)
             if msg is None or not expand_calls(msg):
                 return await self.state.afinish(_AsyncReplayed(out, chunks) if chunks is not None else out,
-                                                self.loop.res.session, self.stream,
-                                                self.state.render_of(self.loop.res.session))
+                                                self.loop.res.session, self.stream, self.render)
             await asyncio.to_thread(self._round, msg, usage)
 
 

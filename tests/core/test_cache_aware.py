@@ -151,12 +151,14 @@ def test_where_the_expand_tool_is_offered_the_plus_holds_what_it_showed_and_each
         # a change that re-sends more than the last two messages of the previous render is rare
         early = sum(_shared(a, b) < len(a.messages) - 2 for a, b in zip(seq, seq[1:], strict=False))  # type: ignore[attr-defined]
         assert early < len(seq) // 3, (early, len(seq))
-        last = seq[-1]
+        last, checked = seq[-1], 0
         for m, src in zip(last.messages, last.sources, strict=True):  # type: ignore[attr-defined]
             if src is None or not session.is_result(src) or m["content"] == session.message(src).content:
                 continue
             found = expand.MARKER_HANDLE.findall(m["content"])
             assert found and expand.resolve(session, found[-1]) == src, m["content"][-200:]
+            checked += 1
+        assert checked  # the last render did hold results back
 
 
 def test_the_newest_results_values_are_shown_whenever_the_methods_own_render_shows_them() -> None:

@@ -105,7 +105,8 @@ def test_wrap_answers_expand_itself_and_the_caller_gets_the_final_answer(stream)
     _expand_round_follows(up.requests)
 
 
-def test_wrap_async_client_answers_expand_too():
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_wrap_async_client_answers_expand_too(stream):
     up = ChatUpstream()
 
     async def main() -> list[dict[str, Any]]:
@@ -114,8 +115,9 @@ def test_wrap_async_client_answers_expand_too():
         messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
         answers = []
         for _ in range(TURNS + 3):
-            msg = _message(await client.chat.completions.create(model="gpt-test", messages=messages,
-                                                                tools=[CHAT_LOOKUP]), False)
+            got = await client.chat.completions.create(model="gpt-test", messages=messages, tools=[CHAT_LOOKUP],
+                                                       stream=stream)
+            msg = _message([c async for c in got] if stream else got, stream)
             answers.append(msg)
             messages.append(msg)
             if not msg.get("tool_calls"):
@@ -130,6 +132,23 @@ def test_wrap_async_client_answers_expand_too():
         answers = asyncio.run(main())
     assert answers[-1]["content"] == FINAL + code_word(0) + "."
     assert TOOL_NAME not in json.dumps(answers)
+    assert any(TOOL_NAME in json.dumps(b["messages"]) for b in up.requests)  # an expand round did run
+
+
+def test_wrap_offers_the_tool_to_a_call_without_tools():
+    """A call with no ``tools`` (or the SDK's NOT_GIVEN) still gets the tool, and only it, and the loop runs."""
+    up = ChatUpstream()
+    with serve(up.app) as up_url:
+        client = contextrender.wrap(openai.OpenAI(base_url=f"{up_url}/v1", api_key="sk-test", max_retries=0),
+                                    budget=B, method="contextrender_plus", embedder=contextrender.HashingEmbedder())
+        with client:
+            for tools in (None, openai.NOT_GIVEN):
+                kw = {} if tools is None else {"tools": tools}
+                up.requests.clear()
+                got = client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": TASK}],
+                                                     **kw)
+                assert got.choices[0].message.tool_calls[0].function.name == "lookup"
+                assert [t["function"]["name"] for t in up.requests[-1]["tools"]] == [TOOL_NAME]
 
 
 def test_wrap_without_expand_never_offers_the_tool():
