@@ -38,9 +38,10 @@ def order_session_messages(n_orders: int = 8, items: int = 6) -> list[dict]:
     return msgs
 
 
-def renders(policy: object, messages: list[dict], budget: int) -> list[tuple[object, object]]:
-    """(session, render) before every assistant message, as an agent loop renders."""
-    session = ContextGraph().session("s")
+def renders(policy: object, messages: list[dict], budget: int, session: object = None) -> list[object]:
+    """The render before every assistant message and after the last, as an agent loop renders (in ``session``,
+    default a new one)."""
+    session = session if session is not None else ContextGraph().session("s")
     out = []
     for i, m in enumerate(messages):
         if m["role"] == "assistant":
@@ -112,14 +113,7 @@ def _offered_renders(policy: object, messages: list[dict], budget: int) -> tuple
 
     session = ContextGraph().session("s")
     expand.offer(session)
-    out = []
-    for i, m in enumerate(messages):
-        if m["role"] == "assistant":
-            session.extend(messages[len(session):i])
-            out.append(policy.render(session, budget))  # type: ignore[attr-defined]
-    session.extend(messages[len(session):])
-    out.append(policy.render(session, budget))  # type: ignore[attr-defined]
-    return session, out
+    return session, renders(policy, messages, budget, session)
 
 
 def _shared(a: object, b: object) -> int:

@@ -80,6 +80,34 @@ def decide(body: dict[str, Any], lookups_done: int, forever: bool = False) -> tu
 # -- Chat Completions --------------------------------------------------------------------------------
 
 
+def chat_message(resp_or_chunks: Any, stream: bool) -> dict[str, Any]:
+    """The assistant message an openai SDK client got, in OpenAI format: a completion's choice 0, or a stream's
+    chunks assembled."""
+    if not stream:
+        msg = resp_or_chunks.choices[0].message
+        out: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+        if msg.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                                 for c in msg.tool_calls]
+        return out
+    content, calls = [], {}
+    for chunk in resp_or_chunks:
+        for ch in chunk.choices:
+            content.append(ch.delta.content or "")
+            for tc in ch.delta.tool_calls or []:
+                cur = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                cur["id"] = cur["id"] or tc.id
+                cur["name"] = cur["name"] or (tc.function.name if tc.function else "") or ""
+                cur["arguments"] += (tc.function.arguments if tc.function else "") or ""
+    out = {"role": "assistant", "content": "".join(content)}
+    if calls:
+        out["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"],
+                                                                              "arguments": c["arguments"]}}
+                             for _, c in sorted(calls.items())]
+    return out
+
+
 class ChatUpstream:
     """A Chat Completions server answering with :func:`decide`, JSON or SSE as asked; records every request."""
 

@@ -27,6 +27,7 @@ from .expand_upstream import (
     RESPONSES_LOOKUP,
     TURNS,
     ChatUpstream,
+    chat_message,
     code_word,
     messages_model,
     record_text,
@@ -95,32 +96,9 @@ def _chat_answer(client: Any, messages: list[dict[str, Any]], stream: bool) -> t
     kw = {"model": "gpt-test", "messages": messages, "tools": [CHAT_LOOKUP]}
     if not stream:
         raw = client.chat.completions.with_raw_response.create(**kw)
-        resp = raw.parse()
-        msg = resp.choices[0].message
-        out: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
-        if msg.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                                 for c in msg.tool_calls]
-        return out, raw.headers
-    content, calls = [], {}
+        return chat_message(raw.parse(), False), raw.headers
     with client.chat.completions.with_streaming_response.create(stream=True, **kw) as raw:
-        headers = raw.headers
-        for chunk in raw.parse():
-            for ch in chunk.choices:
-                if ch.delta.content:
-                    content.append(ch.delta.content)
-                for tc in ch.delta.tool_calls or []:
-                    cur = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
-                    cur["id"] = cur["id"] or tc.id
-                    cur["name"] = cur["name"] or (tc.function.name if tc.function else "") or ""
-                    cur["arguments"] += (tc.function.arguments if tc.function else "") or ""
-    out = {"role": "assistant", "content": "".join(content)}
-    if calls:
-        out["tool_calls"] = [{"id": c["id"], "type": "function",
-                              "function": {"name": c["name"], "arguments": c["arguments"]}}
-                             for _, c in sorted(calls.items())]
-    return out, headers
+        return chat_message(list(raw.parse()), True), raw.headers
 
 
 def _chat_loop(client: Any, stream: bool) -> tuple[list[dict[str, Any]], list[Any]]:

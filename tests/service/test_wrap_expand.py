@@ -18,7 +18,7 @@ from contextrender.expand import TOOL_NAME
 from contextrender.service.expansion import MAX_ROUNDS, Stop
 
 from .conftest import history_tokens, serve
-from .expand_upstream import CHAT_LOOKUP, FINAL, TURNS, ChatUpstream, code_word, record_text
+from .expand_upstream import CHAT_LOOKUP, FINAL, TURNS, ChatUpstream, chat_message, code_word, record_text
 
 openai = pytest.importorskip("openai", reason="the openai SDK: pip install openai")
 
@@ -26,31 +26,25 @@ B = 900
 TASK = "Look records r0 to r4 up, then tell me record 0's code word."
 
 
-def _message(resp_or_chunks: Any, stream: bool) -> dict[str, Any]:
-    """The assistant message the caller got, in OpenAI format (a stream's chunks assembled)."""
-    if not stream:
-        msg = resp_or_chunks.choices[0].message
-        out: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
-        if msg.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                                 for c in msg.tool_calls]
-        return out
-    content, calls = [], {}
-    for chunk in resp_or_chunks:
-        for ch in chunk.choices:
-            content.append(ch.delta.content or "")
-            for tc in ch.delta.tool_calls or []:
-                cur = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
-                cur["id"] = cur["id"] or tc.id
-                cur["name"] = cur["name"] or (tc.function.name if tc.function else "") or ""
-                cur["arguments"] += (tc.function.arguments if tc.function else "") or ""
-    out = {"role": "assistant", "content": "".join(content)}
-    if calls:
-        out["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"],
-                                                                              "arguments": c["arguments"]}}
-                             for _, c in sorted(calls.items())]
-    return out
+def _add_results(messages: list[dict[str, Any]], msg: dict[str, Any]) -> bool:
+    """Append the model's answer and its lookups' results to ``messages``; False when the answer is final."""
+    messages.append(msg)
+    for c in msg.get("tool_calls") or []:
+        k = int(json.loads(c["function"]["arguments"])["record"][1:])
+        messages.append({"role": "tool", "tool_call_id": c["id"], "content": record_text(k)})
+    return bool(msg.get("tool_calls"))
+
+
+async def _async_tool_loop(ask: Any) -> list[dict[str, Any]]:
+    """An agent's loop over ``ask`` (messages -> the assistant message, awaited) until the model answers."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
+    answers = []
+    for _ in range(TURNS + 3):
+        msg = await ask(messages)
+        answers.append(msg)
+        if not _add_results(messages, msg):
+            break
+    return answers
 
 
 def _tool_loop(create: Any, stream: bool) -> list[dict[str, Any]]:
@@ -60,14 +54,10 @@ def _tool_loop(create: Any, stream: bool) -> list[dict[str, Any]]:
     answers = []
     for _ in range(TURNS + 3):
         got = create(model="gpt-test", messages=messages, tools=[CHAT_LOOKUP], stream=stream)
-        msg = _message(list(got) if stream else got, stream)
+        msg = chat_message(list(got) if stream else got, stream)
         answers.append(msg)
-        messages.append(msg)
-        if not msg.get("tool_calls"):
+        if not _add_results(messages, msg):
             break
-        for c in msg["tool_calls"]:
-            k = int(json.loads(c["function"]["arguments"])["record"][1:])
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": record_text(k)})
     return answers
 
 
@@ -112,19 +102,13 @@ def test_wrap_async_client_answers_expand_too(stream):
     async def main() -> list[dict[str, Any]]:
         client = contextrender.wrap(openai.AsyncOpenAI(base_url=f"{up_url}/v1", api_key="sk-test", max_retries=0),
                                     budget=B, method="contextrender_plus", embedder=contextrender.HashingEmbedder())
-        messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
-        answers = []
-        for _ in range(TURNS + 3):
+
+        async def ask(messages: list[dict[str, Any]]) -> dict[str, Any]:
             got = await client.chat.completions.create(model="gpt-test", messages=messages, tools=[CHAT_LOOKUP],
                                                        stream=stream)
-            msg = _message([c async for c in got] if stream else got, stream)
-            answers.append(msg)
-            messages.append(msg)
-            if not msg.get("tool_calls"):
-                break
-            for c in msg["tool_calls"]:
-                k = int(json.loads(c["function"]["arguments"])["record"][1:])
-                messages.append({"role": "tool", "tool_call_id": c["id"], "content": record_text(k)})
+            return chat_message([c async for c in got] if stream else got, stream)
+
+        answers = await _async_tool_loop(ask)
         await client.close()
         return answers
 
@@ -191,18 +175,12 @@ def test_wrap_loop_continues_when_a_sync_looking_create_returns_an_awaitable():
         inner = openai.AsyncOpenAI(base_url=f"{up_url}/v1", api_key="sk-test", max_retries=0)
         client = contextrender.wrap(Shim(inner), budget=B, method="contextrender_plus",
                                     embedder=contextrender.HashingEmbedder())
-        messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
-        answers = []
-        for _ in range(TURNS + 3):
+
+        async def ask(messages: list[dict[str, Any]]) -> dict[str, Any]:
             got = client.chat.completions.create(model="gpt-test", messages=messages, tools=[CHAT_LOOKUP])
-            msg = _message(await got, False)
-            answers.append(msg)
-            messages.append(msg)
-            if not msg.get("tool_calls"):
-                break
-            for c in msg["tool_calls"]:
-                k = int(json.loads(c["function"]["arguments"])["record"][1:])
-                messages.append({"role": "tool", "tool_call_id": c["id"], "content": record_text(k)})
+            return chat_message(await got, False)
+
+        answers = await _async_tool_loop(ask)
         await inner.close()
         return answers
 
