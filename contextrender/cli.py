@@ -234,6 +234,9 @@ def _add_replay(sub: Any) -> None:
                    help="leave out the hindsight ceilings (the most reuse events any selector with the same "
                         "budget scope and verbatim trim could cover, and the same under the prose-first trim "
                         "when a method uses it; reported beside the methods, not policies)")
+    r.add_argument("--expand", action="store_true",
+                   help="offer the expand tool to methods whose markers carry handles (contextrender_plus), as the "
+                        "proxy does, and count the hidden needed values that were one expansion away")
     r.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 
@@ -631,7 +634,7 @@ def _replay(args: argparse.Namespace) -> int:
         result = replay_traces(found, args.budget, args.methods, embedder=embedder,
                                compactor=make_compactor(args.compactor), strict=not args.lenient,
                                progress=sys.stderr.isatty(), trace_format=trace_format, benchmark=args.benchmark,
-                               ceiling=not args.no_ceiling)
+                               ceiling=not args.no_ceiling, expand=args.expand)
     except (OSError, ValueError, ImportError) as e:
         from contextrender.experiments.evaluation.traces import TraceError
 

@@ -163,6 +163,24 @@ def shortened_note(session: Session, seq: int) -> str:
     return f'[shortened; full text: {TOOL_NAME}("{handle(session, origin(session, seq))}")]'
 
 
+def marked_results(session: Session, messages: Any) -> frozenset[int]:
+    """The results a render of ``session`` leaves one expansion away: those whose handle a marker or a shortened
+    form in ``messages`` (OpenAI-format, as rendered) shows. Empty where the tool was not offered."""
+    if not offered(session):
+        return frozenset()
+    out = set()
+    for m in messages:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if not isinstance(content, str):
+            continue
+        for h in MARKER_HANDLE.findall(content):
+            try:
+                out.add(resolve(session, h))
+            except ExpandError:  # a handle the model or a client wrote: not one this render gave
+                continue
+    return frozenset(out)
+
+
 # -- the tool's schema, in each API's shape --------------------------------------------------------------
 
 def chat_tool() -> dict[str, Any]:
@@ -443,5 +461,5 @@ class ExpandTool:
 
 
 __all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "expand",
-           "expansions", "gives_handles", "handle", "marker", "messages_tool", "offer", "offered", "origin", "record",
-           "resolve", "responses_tool", "shortened_note"]
+           "expansions", "gives_handles", "handle", "marked_results", "marker", "messages_tool", "offer", "offered",
+           "origin", "record", "resolve", "responses_tool", "shortened_note"]

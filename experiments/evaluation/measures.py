@@ -166,6 +166,12 @@ class MeasureStats:
     prefix_tokens: int = 0
     prefix_input_tokens: int = 0
     readiness: ReadinessStats = field(default_factory=ReadinessStats)  # call and trace readiness
+    # Where the expand tool is offered (a replay with ``expand``): needed values a render hid, those of them a
+    # result the render marks with a handle holds (one expansion away), and the needing calls not ready whose
+    # every hidden value is one expansion away.
+    hidden_values: int = 0
+    expandable_values: int = 0
+    expandable_calls: int = 0
 
     @property
     def id_uses(self) -> int:
@@ -183,7 +189,8 @@ class MeasureStats:
             self.tool_calls + other.tool_calls, self.repeat_calls + other.repeat_calls, self.rereads + other.rereads,
             self.prefix_invocations + other.prefix_invocations, self.prefix_share_sum + other.prefix_share_sum,
             self.prefix_tokens + other.prefix_tokens, self.prefix_input_tokens + other.prefix_input_tokens,
-            self.readiness + other.readiness)
+            self.readiness + other.readiness, self.hidden_values + other.hidden_values,
+            self.expandable_values + other.expandable_values, self.expandable_calls + other.expandable_calls)
 
     def to_dict(self) -> dict[str, Any]:
         """The raw counts (what a run record stores; :meth:`from_dict` reads them back)."""
@@ -192,7 +199,8 @@ class MeasureStats:
                 "repeat_calls": self.repeat_calls, "rereads": self.rereads,
                 "prefix_invocations": self.prefix_invocations, "prefix_share_sum": self.prefix_share_sum,
                 "prefix_tokens": self.prefix_tokens, "prefix_input_tokens": self.prefix_input_tokens,
-                "readiness": self.readiness.to_dict()}
+                "readiness": self.readiness.to_dict(), "hidden_values": self.hidden_values,
+                "expandable_values": self.expandable_values, "expandable_calls": self.expandable_calls}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> MeasureStats:
@@ -201,7 +209,8 @@ class MeasureStats:
                             int(d.get("repeat_calls", 0)), int(d.get("rereads", 0)),
                             int(d.get("prefix_invocations", 0)), float(d.get("prefix_share_sum", 0.0)),
                             int(d.get("prefix_tokens", 0)), int(d.get("prefix_input_tokens", 0)),
-                            ReadinessStats.from_dict(d.get("readiness") or {}))
+                            ReadinessStats.from_dict(d.get("readiness") or {}), int(d.get("hidden_values", 0)),
+                            int(d.get("expandable_values", 0)), int(d.get("expandable_calls", 0)))
 
     def summary(self) -> dict[str, Any]:
         """The reported numbers (percentages 0–100; None where there is nothing to measure) and their counts."""
@@ -222,6 +231,10 @@ class MeasureStats:
             "episodes": self.episodes,
             "pairing_checked_renders": self.renders,
             "readiness": self.readiness.summary(),
+            "hidden_values": self.hidden_values,
+            "one_expansion_away": self.expandable_values,
+            "one_expansion_away_pct": _pct(self.expandable_values, self.hidden_values),
+            "calls_ready_after_expansion": self.expandable_calls,
         }
 
 
@@ -274,6 +287,7 @@ class MeasureTracker:
         self._history: Any = None
         self._text_memo: dict[str, str] = {}
         self._readiness = ReadinessTracker()
+        self._marked = RenderedText(())  # what the results the last render marks with a handle show
         self.stats.readiness = self._readiness.stats  # an episode without a call is one ready trace
 
     # -- transcript ---------------------------------------------------------------------------
@@ -329,8 +343,10 @@ class MeasureTracker:
             hit = self._msg_memo[key] = (ntok, toks)
         return hit
 
-    def on_render(self, history: Any, rendered: Rendered, where: str = "render") -> TurnMeasures:
-        """Check pairing and measure prefix retention for a render from ``history`` (the transcript before it)."""
+    def on_render(self, history: Any, rendered: Rendered, where: str = "render",
+                  marked: Iterable[int] = ()) -> TurnMeasures:
+        """Check pairing and measure prefix retention for a render from ``history`` (the transcript before it).
+        ``marked``: the results the render leaves one expansion away (:func:`contextrender.expand.marked_results`)."""
         if self._pending is not None:
             raise RuntimeError("on_render called twice without on_turn in between")
         self._catch_up(history)
@@ -356,6 +372,8 @@ class MeasureTracker:
         tm = TurnMeasures(total, prefix)
         self._pending = (rendered, keys, tm)
         self._history = history
+        get = history.message if hasattr(history, "message") else history.__getitem__
+        self._marked = RenderedText(Message.from_openai(get(seq), f"message {seq}").content for seq in marked)
         return tm
 
     def on_turn(self, turn: Mapping[str, Any] | Message) -> TurnMeasures:
@@ -403,6 +421,11 @@ class MeasureTracker:
                 if call.needs:
                     needing += 1
                     ready += int(not missing)
+                if missing:
+                    away = sum(self._marked.shows(n) for n in call.needs if n.value in missing)
+                    s.hidden_values += len(missing)
+                    s.expandable_values += away
+                    s.expandable_calls += int(away == len(missing))
         s.readiness = self._readiness.stats
         return TurnMeasures(tm.input_tokens, tm.prefix_tokens, len(uses), survived, len(msg.tool_calls), repeats,
                             rereads, needing, ready)

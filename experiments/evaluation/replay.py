@@ -70,6 +70,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from contextrender import expand as expand_tool
 from contextrender.billing import PROFILE_MODELS, PricesUnavailable, PromptUsage, SessionBilling, prices, total
 from contextrender.embed import embed_many
 from contextrender.events import SYSTEM_ROLES, Message, Usage
@@ -168,6 +169,8 @@ class ReplayResult:
     exceeded_per_trace: list[bool] = field(default_factory=list)
     #: the model whose prices bill each profile (docs/method.md §14)
     billing_models: Mapping[str, str] = field(default_factory=lambda: dict(PROFILE_MODELS))
+    #: the methods replayed with the expand tool offered (their markers carry handles; docs/method.md §16)
+    expand: tuple[str, ...] = ()
 
     def billing(self) -> dict[str, Any]:
         """Per method and billing profile, over T (the traces whose history exceeded B): the requests as billed,
@@ -269,6 +272,7 @@ class ReplayResult:
             "trace_ids": list(self.trace_ids),
             "trace_where": list(self.trace_where),
             "billing": self.billing(),
+            "expand": list(self.expand),
         }
         if self.ceiling is not None:
             out["ceiling"] = self.ceiling.summary()
@@ -579,13 +583,15 @@ RenderHook = Callable[[str, Episode, int, Session, Rendered], None]
 
 def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mapping[str, MethodTally],
                    budget: int, graph: ContextGraph | Mapping[str, ContextGraph], session_prefix: str,
-                   on_render: RenderHook | None = None) -> RecallStats:
+                   on_render: RenderHook | None = None, expand: bool = False) -> RecallStats:
     """Replay one episode through every policy; add its renders and recall to ``tallies``.
 
     ``graph``: one graph for every method, or one per method (a policy that learns from the other
     sessions of its graph file must see only its own earlier episodes, never another method's
     session of this very trace). Each method's session is released from memory after the episode.
-    Returns the episode's event counts.
+    ``expand``: offer the expand tool in the session of each method whose markers carry handles (docs/method.md
+    §16), as the proxy does: its renders then give handles, its requests are billed with the tool, and the
+    measures count the needed values a render hid that are one expansion away. Returns the episode's event counts.
     """
     msgs = list(episode.messages)
     events = reuse_events(msgs)
@@ -599,6 +605,10 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
             prepare(episode, events)
         g = graph if isinstance(graph, ContextGraph) else graph[name]
         session = g.session(f"{session_prefix}/{episode.line}:{episode.task_id}/{name}", counter=counter)
+        offered = expand and expand_tool.gives_handles(policy)
+        if offered:
+            expand_tool.offer(session)
+        tools = [expand_tool.chat_tool()] if offered else None
         tracker = MeasureTracker(counter)
         billing = SessionBilling(BILLED_PROFILES, counter)  # docs/method.md §14: each request from what it sent
         billed: dict[str, list[PromptUsage]] = {p: [] for p in BILLED_PROFILES}
@@ -609,7 +619,8 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
             rendered = policy.render(session, budget)
             where = f"{name} on {episode.where or f'line {episode.line}'} (task {episode.task_id}) before turn {j}"
             check_visible(session, rendered, where)
-            tracker.on_render(session, rendered, where)  # raises PairingError on a split call/result pair
+            marked = expand_tool.marked_results(session, rendered.messages) if offered else frozenset()
+            tracker.on_render(session, rendered, where, marked)  # raises PairingError on a split call/result pair
             tracker.on_turn(msgs[idx])
             audited = history_tokens(session, rendered)
             if audited != rendered.tokens and not tally.warned:
@@ -617,7 +628,7 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
                 log.warning("%s: policy reports %d history tokens, its messages count %d", where,
                             rendered.tokens, audited)
             tally.add_render(rendered.tokens, audited, budget)
-            for profile, u in billing.request(rendered.messages, None, counter.message(msgs[idx])).items():
+            for profile, u in billing.request(rendered.messages, tools, counter.message(msgs[idx])).items():
                 billed[profile].append(u)
             visible[j] = rendered.visible
             if on_render is not None:
@@ -718,7 +729,7 @@ def method_graph_path(graph_path: str | Path, method: str, methods: int) -> str:
 def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int, graph_path: str | Path,
            *, shared: Shared | None = None, total: int | None = None, progress: bool = True,
            skipped: Any = None, on_render: RenderHook | None = None, prefetch: int = 1,
-           ceiling: Any = None, trim_ceiling: Any = None) -> ReplayResult:
+           ceiling: Any = None, trim_ceiling: Any = None, expand: bool = False) -> ReplayResult:
     """Replay ``episodes`` through ``policies`` (name → built policy) at ``budget``.
 
     ``shared``: what the policies were built to share (see :func:`build_policies`).
@@ -732,6 +743,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     ``ceiling``: a :class:`~contextrender.experiments.evaluation.ceiling.HindsightCeiling` replayed
     with the policies (same renders, audits and measures) and reported apart, as ``result.ceiling``;
     ``trim_ceiling`` the same bound under the prose-first trim, as ``result.trim_ceiling``.
+    ``expand``: the expand tool offered where a method's markers carry handles (:func:`replay_episode`).
     """
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
         raise ValueError(f"prefetch must be an integer ≥ 0, got {prefetch!r}")
@@ -764,7 +776,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
                 shared.prewarm(window, progress=progress and len(window) > 1, budget=budget)
             for episode in window:
                 pooled = pooled + replay_episode(episode, policies, tallies, budget, graphs, f"{prefix}/{n}",
-                                                 on_render)
+                                                 on_render, expand)
                 exceeded.append(history_exceeds(episode.messages, budget))
                 n += 1
                 ids.append(episode.task_id)
@@ -784,7 +796,8 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     trim_bound = tallies.pop(TRIM_CEILING_NAME) if trim_ceiling is not None else None
     return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound,
                         trim_ceiling=trim_bound, prose_first=prose_first, trace_ids=ids, trace_where=places,
-                        exceeded_per_trace=exceeded)
+                        exceeded_per_trace=exceeded,
+                        expand=tuple(name for name, p in policies.items() if expand and expand_tool.gives_handles(p)))
 
 
 # -- report -------------------------------------------------------------------------
@@ -906,8 +919,32 @@ def markdown_table(result: ReplayResult, paper: Mapping[str, Any] | None = None)
     if result.trim_ceiling is not None and result.prose_first:
         lines += _trim_ceiling_lines(result)
     lines += _measure_lines(result)
+    lines += expansion_lines(result)
     lines += billing_lines(result.billing())
     return "\n".join(lines) + "\n"
+
+
+def expansion_lines(result: ReplayResult) -> list[str]:
+    """Where the expand tool was offered: per method, the needed values its renders hid and how many of them a
+    result the render marked with a handle held (one expansion away), and the calls that one expansion per hidden
+    value would have made ready."""
+    if not result.expand:
+        return []
+    lines = ["", "One expansion away (the expand tool offered to " + ", ".join(result.expand) + "; docs/method.md §16): "
+             "of the needed values a render hid, those a result it marks with a handle holds. The other methods' "
+             "hidden values are lost to the model (a read-only call may be re-issued). A replay runs no model, so no "
+             "expansion is made: the bill below has the tool's schema in every offered request, not the expansions.",
+             "",
+             "| method | hidden needed values | one expansion away | % | calls ready after expanding |",
+             "|---|---:|---:|---:|---:|"]
+    for name, t in result.methods.items():
+        m = t.measures
+        if name in result.expand:
+            pct = _fmt(100 * m.expandable_values / m.hidden_values if m.hidden_values else None)
+            lines.append(f"| {name} | {m.hidden_values} | {m.expandable_values} | {pct} | {m.expandable_calls} |")
+        else:
+            lines.append(f"| {name} | {m.hidden_values} | – | – | – |")
+    return lines
 
 
 def _binding_lines(result: ReplayResult) -> list[str]:
@@ -1121,7 +1158,7 @@ def replay_traces(traces: TracesSpec | TraceSet, budget: int, methods: Sequence[
                   strict: bool = True, limit: int | None = None, graph: str | Path | None = None,
                   progress: bool = False, trace_format: str | None = None,
                   benchmark: str | None = None, prefetch: int = PREFETCH_TRACES,
-                  ceiling: bool = True) -> ReplayResult:
+                  ceiling: bool = True, expand: bool = False) -> ReplayResult:
     """Replay trace files through registry methods at ``budget``: the plain-argument entry point.
 
     ``python -m contextrender.experiments.evaluation.replay`` (Hydra) and
@@ -1156,6 +1193,9 @@ def replay_traces(traces: TracesSpec | TraceSet, budget: int, methods: Sequence[
             reported as ``result.ceiling`` / the output's ``"ceiling"`` beside the methods; when a method
             trims prose-first, also the ceiling with that trim (``result.trim_ceiling`` /
             ``"ceiling_prose_first_trim"``, its gap share ``"gap_covered_own_trim"``).
+        expand: offer the expand tool to each method whose markers carry handles (``contextrender_plus``), as the
+            proxy does, and report per method how many of the needed values its renders hid were one expansion
+            away (``one_expansion_away`` in each method's measures). Off: every method renders as without the tool.
 
     Returns:
         The :class:`ReplayResult`; ``.to_json()`` is what the Hydra entry writes.
@@ -1187,7 +1227,7 @@ def replay_traces(traces: TracesSpec | TraceSet, budget: int, methods: Sequence[
         emb = shared.embedder if shared.embedder is not None else embedder
         bound, trim_bound = _ceilings(policies, emb) if ceiling else (None, None)
         result = replay(episodes, policies, budget, graph_path, shared=shared, total=total, progress=progress,
-                        skipped=found, prefetch=prefetch, ceiling=bound, trim_ceiling=trim_bound)
+                        skipped=found, prefetch=prefetch, ceiling=bound, trim_ceiling=trim_bound, expand=expand)
     elapsed = time.perf_counter() - t0
     result.sources, result.benchmark, result.method_settings = found.summary(), bench, settings
     _check_replayed(result, repeated, limit)
@@ -1291,7 +1331,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     result = replay_traces(found, budget, methods, embedder=embedder, compactor=compactor,
                            overrides=overrides, strict=bool(cfg.strict), limit=limit, graph=cfg.graph or None,
                            progress=bool(cfg.progress), trace_format=trace_format, benchmark=benchmark,
-                           prefetch=prefetch, ceiling=bool(cfg.get("ceiling", True)))
+                           prefetch=prefetch, ceiling=bool(cfg.get("ceiling", True)),
+                           expand=bool(cfg.get("expand", False)))
     out = result.to_json()
     write_json(cfg.output, out)
     paper = OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") else None

@@ -293,7 +293,8 @@ def test_cli_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert list(res) == ["budget", "traces", "events", "events_by_age", "skipped_lines", "methods", "trace_ids",
-                         "trace_where", "billing", "ceiling", "gap_covered", "sources", "benchmark", "method_settings"]
+                         "trace_where", "billing", "expand", "ceiling", "gap_covered", "sources", "benchmark",
+                         "method_settings"]
     assert (res["budget"], res["traces"], res["skipped_lines"]) == (300, 3, 0)
     # docs/method.md §14: each method's renders billed per profile over T (the traces whose history exceeded B)
     bill = res["billing"]
@@ -537,3 +538,75 @@ def test_replay_says_when_the_budget_rarely_bound():
     tight = replay_traces(FIXTURES, 150, ["contextrender"], embedder=HashingEmbedder(dim=64),
                           compactor=ExtractiveCompactor(), ceiling=False)
     assert sum(tight.exceeded_per_trace) * 2 > tight.traces and _binding_lines(tight) == []
+
+
+class HandlePolicy(ScriptedPolicy):
+    """As ScriptedPolicy, with the ``expand`` option: an omitted result in ``handled`` carries its handle where the
+    tool is offered; the others keep the bare marker."""
+
+    expand = True
+
+    def __init__(self, schedule, handled):
+        super().__init__(schedule)
+        self.handled = set(handled)
+
+    def render(self, session, budget):
+        from contextrender import expand
+
+        scope = Scope.of(session)
+        show = set(self.schedule.get(session.next_invocation, ()))
+        results = scope.history_results(session)
+        bodies = {s: (expand.marker(session, s) if expand.offered(session) and s in self.handled
+                      else marker_text(session, s)) for s in results if s not in show}
+        msgs = tuple(assemble(session, scope, scope.history, bodies).messages)
+        visible = frozenset(s for s in results if s in show)
+        return Rendered(msgs, history_tokens(session, Rendered(msgs, 0, frozenset())), visible)
+
+
+def _needs_episode() -> Episode:
+    """KEY_ALPHA first appears in result seq 2, KEY_BETA in result seq 4; calls at turns 2 and 3 need them."""
+    msgs = [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c0", "f", {})]},
+            {"role": "tool", "tool_call_id": "c0", "content": "the order is KEY_ALPHA"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "f", {})]},
+            {"role": "tool", "tool_call_id": "c1", "content": "the user is KEY_BETA"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c2", "g", {"id": "KEY_ALPHA"})]},
+            {"role": "tool", "tool_call_id": "c2", "content": "done"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c3", "g", {"id": "KEY_BETA"})]},
+            {"role": "tool", "tool_call_id": "c3", "content": "done"}]
+    return Episode("needs", tuple(msgs), 1)
+
+
+def test_replay_with_expand_counts_the_hidden_values_one_expansion_away(tmp_path):
+    """Offered the tool, a method's hidden needed value is one expansion away only where its render marks the
+    result holding it with a handle; the paper-style bare marker leaves it lost. Without ``expand`` nothing is
+    offered, so nothing is one expansion away, and the requests are billed without the tool."""
+    from contextrender.experiments.evaluation.replay import expansion_lines
+
+    policy = HandlePolicy({}, handled={2})  # shows nothing; only seq 2's marker can carry a handle
+    on = replay([_needs_episode()], {"handles": policy}, 10**6, tmp_path / "on.sqlite", progress=False, expand=True)
+    off = replay([_needs_episode()], {"handles": policy}, 10**6, tmp_path / "off.sqlite", progress=False)
+    m_on, m_off = on.methods["handles"].measures, off.methods["handles"].measures
+    assert m_on.readiness.needing == 2 and m_on.readiness.ready == 0
+    assert (m_on.hidden_values, m_on.expandable_values, m_on.expandable_calls) == (2, 1, 1)
+    assert (m_off.hidden_values, m_off.expandable_values, m_off.expandable_calls) == (2, 0, 0)
+    assert on.expand == ("handles",) and off.expand == ()
+    summary = on.methods["handles"].summary()["measures"]
+    assert summary["one_expansion_away"] == 1 and summary["one_expansion_away_pct"] == 50.0
+    assert "| handles | 2 | 1 | 50.0 | 1 |" in "\n".join(expansion_lines(on)) and expansion_lines(off) == []
+    # the tool's schema is part of every offered request's prompt
+    billed_on = on.methods["handles"].billed_per_trace["none"][0].prompt
+    billed_off = off.methods["handles"].billed_per_trace["none"][0].prompt
+    assert billed_on > billed_off
+    # pooled counts survive a record's round trip
+    from contextrender.experiments.evaluation.measures import MeasureStats
+
+    back = MeasureStats.from_dict(m_on.to_dict())
+    assert (back + back).expandable_values == 2 and back.hidden_values == 2
+
+
+def test_a_method_without_handles_is_not_offered_the_tool(tmp_path):
+    policy = ScriptedPolicy({})  # no expand option
+    res = replay([_needs_episode()], {"plain": policy}, 10**6, tmp_path / "g.sqlite", progress=False, expand=True)
+    assert res.expand == () and res.methods["plain"].measures.expandable_values == 0
+    assert res.methods["plain"].measures.hidden_values == 2

@@ -137,6 +137,20 @@ def test_cli_reads_directories_globs_and_forced_formats(mixed, capsys):
     assert code == 0 and "scripted_telecom.json: τ²-bench results, 1 episodes" in printed and "6 files ignored" in printed
 
 
+def test_cli_expand_offers_the_tool_to_the_plus_only(mixed, capsys):
+    """``--expand`` reaches the replay: the plus (markers with handles) is offered the tool, prune is not, and the
+    table of values one expansion away is printed; without it there is no such table."""
+    args = ["replay", str(BFCL), "--budget", "300", "--methods", "prune,contextrender_plus", "--embedding", "hashing",
+            "--no-ceiling"]
+    out = mixed / "e.json"
+    assert cli_main([*args, "--expand", "--output", str(out)]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert json.loads(out.read_text())["expand"] == ["contextrender_plus"]
+    assert "One expansion away (the expand tool offered to contextrender_plus" in printed
+    assert "| prune |" in printed.split("One expansion away")[1]
+    assert cli_main(args) == 0 and "One expansion away" not in capsys.readouterr().out
+
+
 def test_cli_names_the_bad_record_and_lenient_skips_it(tmp_path, capsys):
     doc = json.loads((TAU2 / "scripted_retail.json").read_text())
     doc["simulations"][1]["messages"][3]["role"] = "robot"
