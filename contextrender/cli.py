@@ -185,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_proxy(sub: Any) -> None:
     p = sub.add_parser("proxy", help="run the proxy (OpenAI Chat Completions and Responses, Anthropic Messages)")
     _common(p, 8766)
-    p.add_argument("--upstream", required=True, help="upstream OpenAI base URL, e.g. https://api.openai.com/v1")
+    p.add_argument("--upstream", required=True,
+                   help="the provider's API base URL, e.g. https://api.openai.com/v1 or https://api.anthropic.com/v1 "
+                        "(every API's path is relayed under it)")
     p.add_argument("--override", type=_override, action="append", default=[], metavar="KEY=VALUE",
                    help="method config override (dotted key, JSON value), repeatable")
     p.add_argument("--api-key-env", default="CONTEXTRENDER_UPSTREAM_API_KEY",
@@ -205,7 +207,8 @@ def _add_proxy(sub: Any) -> None:
 def _add_export(sub: Any) -> None:
     e = sub.add_parser("export", help="write a session as a replay-trace line (experiments/evaluation/traces.py format)")
     e.add_argument("session")
-    e.add_argument("--graph", default=None)
+    e.add_argument("--graph", default=None, help="graph file holding the session (default $CONTEXTRENDER_GRAPH or "
+                   "./contextrender.sqlite)")
     e.add_argument("--out", default=None, help="append the line to FILE (default: stdout)")
 
 
@@ -653,6 +656,17 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `contextrender explain ... | head`: the reader left; nothing more to say
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout once more at exit
+        except OSError:
+            pass
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     offline.enable()  # the command's own process: offline model loading and tokenizers
     if args.command == "export":

@@ -10,7 +10,8 @@ pull torch): a :class:`~contextrender.minilm.WeightsMissing` error carries its o
 from __future__ import annotations
 
 import re
-from importlib import metadata
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 #: Top-level module -> the extra that installs it (pyproject.toml's optional dependencies).
@@ -46,24 +47,31 @@ def extra_of(error: ImportError, default: str = "service") -> str:
     return m.group(1) if m else default
 
 
-def shadowing_checkout() -> Path | None:
+def shadowing_checkout(package: Path | None = None, path: Sequence[str] | None = None) -> Path | None:
     """The source checkout whose ``contextrender/`` Python imported instead of the installed package, if so.
 
-    After a plain (not editable) ``pip install .``, running ``python -m contextrender...`` from the checkout's root
-    imports the checkout's own folder (the working directory comes first on ``sys.path``), whose layout is not the
-    installed one (the harness and configs are mapped in by pyproject.toml): its imports fail as if an extra were
-    missing. Detected as: the imported package sits beside a ``pyproject.toml`` while the installed distribution's
-    ``contextrender/__init__.py`` is another file."""
-    import contextrender
+    After a plain (not editable) ``pip install .``, running Python from the checkout's root imports the checkout's
+    own folder (the working directory comes first on ``sys.path``), whose layout is not the installed one (the
+    harness and configs are mapped in by pyproject.toml): its imports fail as if an extra were missing. Detected
+    as: the imported package (``package``, default this one) sits beside a ``pyproject.toml`` while another entry
+    of ``path`` (default ``sys.path``) holds a ``contextrender`` package of its own. (Not from the installed
+    distribution's metadata: the build leaves a ``contextrender.egg-info`` in the checkout, which is found first.)
+    An editable install has no second copy, so it is never taken for this."""
+    if package is None:
+        import contextrender
 
-    here = Path(contextrender.__file__).resolve().parent
+        package = Path(contextrender.__file__).parent
+    here = package.resolve()
     if not (here.parent / "pyproject.toml").is_file():
         return None
-    try:
-        installed = Path(str(metadata.distribution("contextrender").locate_file("contextrender/__init__.py"))).resolve()
-    except (metadata.PackageNotFoundError, OSError, ValueError):
-        return None
-    return here.parent if installed.is_file() and installed.parent != here else None
+    for entry in sys.path if path is None else path:
+        try:
+            candidate = (Path(entry or ".") / "contextrender" / "__init__.py").resolve()
+        except (OSError, RuntimeError):
+            continue
+        if candidate.parent != here and candidate.is_file():
+            return here.parent
+    return None
 
 
 def missing_extra(error: ImportError, what: str, default: str = "service") -> str:

@@ -38,7 +38,12 @@ except ImportError as e:  # pragma: no cover - the light install
 from contextrender.render import ContextPolicy
 
 #: The Hydra config folder (the checkout's ``conf/``, shipped as package data ``contextrender.conf``).
-CONF_DIR = Path(str(importlib.resources.files("contextrender.conf")))
+try:
+    CONF_DIR = Path(str(importlib.resources.files("contextrender.conf")))
+except ModuleNotFoundError as e:  # a source checkout shadowing the installed package: say so (extras.py)
+    from contextrender.extras import missing_extra
+
+    raise ImportError(missing_extra(e, "the method registry"), name=e.name) from e
 
 
 #: Integers beyond this are refused (exactly representable as floats; no tunable needs more).

@@ -64,19 +64,20 @@ def main(cfg: DictConfig) -> float | None:
     offline.enable()  # the harness's own settings, applied at its entry point (not on import)
     try:
         summary = run_job(cfg)
-    except (JobConfigError, MissingPackage, LockedError) as e:  # refused before it ran: the reason, no traceback
+    except (JobConfigError, LockedError) as e:  # refused before it ran: the reason, no traceback
         log.error("%s", redact(str(e)))
         if _multirun():
             raise  # Hydra runs the sweep's other jobs, then fails with it (an exit here would end the sweep)
         _refused()
         sys.exit(2)
-    except ModuleNotFoundError as e:  # a package of the harness (a benchmark's dependency) is not installed
-        if not e.name or e.name.split(".")[0] == "contextrender":
+    except (MissingPackage, ModuleNotFoundError) as e:  # a package of the harness (or a benchmark's) is missing
+        if isinstance(e, ModuleNotFoundError) and (not e.name or e.name.split(".")[0] == "contextrender"):
             raise  # this project's own module: a bug, with its traceback
-        log.error("%s", missing_package_message(e))
-        if _multirun():
-            raise
-        _refused()
+        log.error("%s", redact(str(e)) if isinstance(e, MissingPackage) else missing_package_message(e))
+        if _multirun():  # the sweep's other jobs would most likely fail the same way: stop it, with no traceback
+            log.error("the sweep stops here: install it, then the same command resumes (finished jobs are kept)")
+        else:
+            _refused()
         sys.exit(2)
     except KeyboardInterrupt:
         log.warning("interrupted: the episodes that finished are recorded; the same command resumes the job")

@@ -965,17 +965,21 @@ def billing_lines(bill: Mapping[str, Any]) -> list[str]:
     if not methods or not profiles:
         return []
     models = bill.get("models") or {}
+    relative = "full" in methods  # without Full replayed there is nothing to divide by: US$ instead
     lines = ["", f"Billed cost (docs/method.md §14), over the {bill.get('traces_T', 0)} traces whose history exceeded "
              "B: each request billed from its own cached prefix at "
-             + ", ".join(f"{p}: {models.get(p, '?')}" for p in profiles) + " prices, as ×Full (cache-hit share).", "",
+             + ", ".join(f"{p}: {models.get(p, '?')}" for p in profiles) + " prices, "
+             + ("as ×Full (cache-hit share)." if relative else
+                "in US$ (cache-hit share); add full to the methods for each as ×Full."), "",
              "| method | " + " | ".join(profiles) + " |", "|---|" + "---:|" * len(profiles)]
     for name, per in methods.items():
         cells = []
         for p in profiles:
             row = per.get(p) or {}
-            vs, share = row.get("vs_full"), row.get("cache_hit_share")
-            cells.append(("–" if vs is None else f"{vs:.3f}×") + ("" if share is None or p == "none"
-                                                                  else f" ({100 * share:.0f} %)"))
+            vs, usd, share = row.get("vs_full"), row.get("usd"), row.get("cache_hit_share")
+            figure = (f"{vs:.3f}×" if vs is not None else "–") if relative else \
+                (f"${usd:.4f}" if usd is not None else "–")
+            cells.append(figure + ("" if share is None or p == "none" else f" ({100 * share:.0f} %)"))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if bill.get("note"):
         lines += ["", f"No dollars: {bill['note']}"]

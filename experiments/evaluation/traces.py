@@ -738,7 +738,7 @@ class TraceReader:
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
-            raise TraceError(f"{where}: invalid JSON ({e.msg}, column {e.colno})") from None
+            raise TraceError(f"{where}: invalid JSON at column {e.colno}: {e.msg}") from None
 
     def _document(self, fmt: str) -> Iterator[Episode | Excluded]:
         try:
@@ -767,7 +767,7 @@ class TraceReader:
         except json.JSONDecodeError as e:
             hint = (f"; the file holds several JSON values (JSONL?), not the one document a {self.format} file is"
                     if e.msg == "Extra data" else "")
-            raise TraceError(f"{self.path}:{e.lineno}: invalid JSON ({e.msg}, column {e.colno}){hint}") from None
+            raise TraceError(f"{self.path}:{e.lineno}: invalid JSON at column {e.colno}: {e.msg}{hint}") from None
 
     def _records(self, fmt: str, doc: Any) -> tuple[list[tuple[str, Any]], Any]:
         if fmt == "tau2":

@@ -89,7 +89,7 @@ def scan(data: bytes, validate: Validator = require_object) -> list[Line]:
         except UnicodeDecodeError as e:
             out.append(Line(number, raw, nl >= 0, problem=f"not valid UTF-8 ({e.reason} at byte {e.start})"))
         except json.JSONDecodeError as e:
-            out.append(Line(number, raw, nl >= 0, problem=f"invalid JSON ({e.msg}, column {e.colno})"))
+            out.append(Line(number, raw, nl >= 0, problem=f"invalid JSON at column {e.colno}: {e.msg}"))
         except ValueError as e:
             out.append(Line(number, raw, nl >= 0, problem=str(e)))
         else:

@@ -278,8 +278,8 @@ def build(node: Any, group: str) -> Any:
             raise
         hint = INSTALL_HINTS.get(top, f"install the package that provides {top!r}")
         # from None: the chain is Hydra's two wrappers around the one line kept in the message.
-        raise MissingPackage(f"{group} ({target}) needs {top!r}, which is not installed ({missing}): {hint}",
-                             name=top) from None
+        raise MissingPackage(f"{group} ({target}) needs {top!r}, which is not installed ({missing}): {hint}; "
+                             f"{HARNESS_SETUP}", name=top) from None
 
 
 def _no_usage() -> dict[str, dict[str, int]]:

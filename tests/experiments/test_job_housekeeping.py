@@ -36,8 +36,9 @@ def job(run_dir: Path, *overrides: str):
                                             "model=oracle", *overrides])
 
 
-def cli(run_dir: Path, *overrides: str, wait: bool = True, first_on_path: tuple[Path, ...] = ()):
-    cmd = [sys.executable, "-m", "contextrender.experiments.run", f"run_dir={run_dir}", "embedding=hashing", "progress=false",
+def cli(run_dir: Path, *overrides: str, wait: bool = True, first_on_path: tuple[Path, ...] = (), sweep: bool = False):
+    cmd = [sys.executable, "-m", "contextrender.experiments.run", *(["-m"] if sweep else []), f"run_dir={run_dir}",
+           "embedding=hashing", "progress=false",
            f"hydra.run.dir={run_dir}/hydra", *overrides]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, first_on_path), str(ROOT),
                                                         str(Path(__file__).parent)])}  # + _faults
@@ -397,3 +398,18 @@ def test_a_benchmark_dependency_that_is_missing_names_the_pinned_environment(tmp
     # Nothing of the refused run is left: no records, lock or graph file, and not Hydra's output directory.
     assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
     assert not (tmp_path / "run" / "hydra").exists()
+
+
+def test_a_sweep_stops_at_a_missing_package_in_one_line(tmp_path):
+    """The same under ``-m`` (the README's sweep line): one reason and what to do, exit status 2, no Hydra
+    traceback, and the sweep's later jobs are not started only to fail the same way."""
+    shadow = tmp_path / "shadow" / "loguru"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'loguru'\", name='loguru')\n")
+    out = cli(tmp_path / "run", "model=oracle", "method=prune,full", "benchmark=tau2_retail", "benchmark.limit=1",
+              f"hydra.sweep.dir={tmp_path}/sweep", first_on_path=(shadow.parent,), sweep=True)
+    said = out.stdout + out.stderr
+    assert out.returncode == 2, said
+    assert "the harness needs 'loguru', which is not installed" in out.stderr and "the sweep stops here" in out.stderr
+    assert "Traceback" not in said and "Error executing job" not in said
+    assert "#1 : method=full" not in said  # the second job never started

@@ -526,6 +526,11 @@ def test_billing_lines_show_each_method_as_billed_against_full():
     assert "| full | 1.000× (90 %) | 1.000× (80 %) |" in text
     assert "| prune | 1.391× (31 %) | – |" in text
     assert billing_lines({"methods": {}}) == []
+    # without Full replayed: each method's US$, and how to get the ratio
+    alone = {"traces_T": 1, "models": {"anthropic": "claude-sonnet-4-5"},
+             "methods": {"prune": {"anthropic": {"vs_full": None, "usd": 0.01234, "cache_hit_share": 0.0}}}}
+    text = "\n".join(billing_lines(alone))
+    assert "| prune | $0.0123 (0 %) |" in text and "add full to the methods" in text
 
 
 def test_replay_says_when_the_budget_rarely_bound():

@@ -85,7 +85,7 @@ def test_files_of_no_trace_format_are_named():
 def test_a_forced_format_is_used_and_checked(tmp_path):
     reader = read_traces(TAU2_RETAIL, format="tau2")
     assert len(list(reader)) == 2
-    with pytest.raises(TraceError, match=r"react_traces\.jsonl:2: invalid JSON \(Extra data, column 1\); the file "
+    with pytest.raises(TraceError, match=r"react_traces\.jsonl:2: invalid JSON at column 1: Extra data; the file "
                                          r"holds several JSON values \(JSONL\?\), not the one document a tau2 file is"):
         list(read_traces(OURS, format="tau2"))
     with pytest.raises(TraceError, match=r"v1\.json: not a τ² Results file \(expected an object with a "

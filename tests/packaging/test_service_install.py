@@ -246,3 +246,24 @@ def test_a_checkout_that_shadows_the_installed_package_is_named(service_venv, wo
     ok = service_venv.run([service_venv.python, "-m", "contextrender.cli", "replay", "traces.jsonl", "--budget",
                            "900", "--methods", "prune", "--embedding", "hashing"], cwd, home, timeout=180)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_python_run_from_a_checkout_root_names_the_shadowing_checkout(service_venv, tmp_path):
+    """After a plain ``pip install '.[service]'``, Python started in the checkout's root imports the checkout's own
+    ``contextrender/`` (whose layout is not the installed one). ``wrap`` and the registry say so and name the two
+    ways out, instead of claiming the [service] extra is missing."""
+    checkout, home = tmp_path / "checkout", tmp_path / "home"
+    home.mkdir()
+    shutil.copytree(REPO / "contextrender", checkout / "contextrender",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", checkout / "pyproject.toml")
+    (checkout / "contextrender.egg-info").mkdir()  # what the in-tree build of `pip install .` leaves behind
+    (checkout / "contextrender.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: contextrender\n")
+    for code in ("import contextrender; contextrender.wrap(object(), budget=1000)",
+                 "from contextrender.registry import build_policy"):
+        proc = service_venv.run([service_venv.python, "-c", code], cwd=checkout, home=home)
+        assert proc.returncode == 1, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "source checkout's contextrender/" in last and str(checkout) in last, last
+        assert "Run the command from another directory" in last and "pip install -e" in last, last
+        assert "extra (module" not in last, last
