@@ -194,7 +194,7 @@ class ContextRenderState:
     def __init__(self, service: ContextService, *, owns_graph: bool, budget: int, method: str,
                  overrides: Mapping[str, Any] | None, session: str | None, expand: bool = True) -> None:
         self.service = service
-        #: Whether chat calls offer the expand tool where the method's markers carry handles (docs/service.md).
+        #: Whether calls offer the expand tool where the method's markers carry handles (docs/service.md).
         self.expand = expand
         self.budget = budget
         self.method = method
@@ -371,7 +371,7 @@ class ContextRenderState:
         res, _, sent = self.prepare_chat(history, offer_expand=self._offers(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
-            return _ChatExpanding(self, loop, fn, args, history, kwargs).run()
+            return _Expanding(self, loop, fn, args, kwargs, self._chat_call(loop, history, kwargs)).run()
         sid, render = res.session, self.render_of(res.session)
         out = fn(*args, messages=sent, **kwargs)
         if inspect.isawaitable(out):  # an async client whose create is not a coroutine function
@@ -384,7 +384,7 @@ class ContextRenderState:
         res, _, sent = await asyncio.to_thread(self.prepare_chat, history, offer_expand=self._offers(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
-            return await _ChatExpanding(self, loop, fn, args, history, kwargs).arun()
+            return await _Expanding(self, loop, fn, args, kwargs, self._chat_call(loop, history, kwargs)).arun()
         sid, render = res.session, self.render_of(res.session)
         return await self.afinish(fn(*args, messages=sent, **kwargs), sid, bool(kwargs.get("stream")), render)
 
@@ -405,6 +405,28 @@ class ContextRenderState:
             return None
         return expansion.Loop(self.service, res, chat_completions.WIRE, {"messages": sent, "tools": tools},
                               self.budget)
+
+
+    def _chat_call(self, loop: Any, history: list[Any], kwargs: Mapping[str, Any]) -> ExpandingCall:
+        """The chat completions side of the expand loop (:class:`ExpandingCall`)."""
+        stream, sid = bool(kwargs.get("stream")), loop.res.session
+
+        def whole(out: Any) -> tuple[dict[str, Any] | None, Any, PromptUsage | None]:
+            msg = _first_message(out)
+            plain = dict(_plain(msg)) if msg is not None else None
+            return plain, plain, chat_prompt_usage(usage_object(out))
+
+        def rerender(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+            res, _, sent = self.prepare_chat(history, offer_expand=True, budget=budget)
+            return res, {"messages": sent, "tools": loop.fwd["tools"]}
+
+        return ExpandingCall(
+            call_kwargs=lambda body: {"messages": body["messages"], "tools": body["tools"]},
+            streaming=lambda out: stream and _first_message(out) is None,
+            whole=whole, assembler=StreamAssembler,
+            finish=lambda out, render: self.finish(out, sid, stream, render),
+            afinish=lambda out, render: self.afinish(out, sid, stream, render),
+            rerender=rerender, api="chat", stream=stream)
 
 
 def _tools_of(kwargs: Mapping[str, Any]) -> list[Any] | None:
@@ -453,54 +475,79 @@ class _AsyncReplayed(_Replayed):
         return None
 
 
-class _ChatExpanding:
-    """One chat call with the expand tool offered, as the proxy runs it (:mod:`~contextrender.service.expansion`):
+@dataclass(frozen=True)
+class ExpandingCall:
+    """One API's side of :class:`_Expanding` (the wrapped call's expand loop): how a call is made again, how its
+    answer is read, how the caller gets the final one, and how the history is rendered again at a lower budget.
+
+    ``call_kwargs(body)``: the arguments the loop's body (:meth:`~contextrender.service.expansion.Loop.body`)
+    replaces. ``streaming(out)``: whether the client returned a stream (read whole by the loop). ``whole(out)``:
+    a whole answer's (OpenAI-format message, raw answer for the round, usage as billed). ``assembler``: a stream's
+    assembler. ``finish(out, render)`` / ``afinish``: the caller's result, recorded (``out`` a replayed stream or
+    the whole answer). ``rerender(budget)``: the history rendered again at ``budget`` (blocking), as (the render,
+    the forwarded body without the tool). ``api``: what a usage row calls the API; ``stream``: the call asked for a
+    stream."""
+
+    call_kwargs: Callable[[Mapping[str, Any]], dict[str, Any]]
+    streaming: Callable[[Any], bool]
+    whole: Callable[[Any], tuple[dict[str, Any] | None, Any, PromptUsage | None]]
+    assembler: Callable[[], _Assembler]
+    finish: Callable[[Any, LastRender | None], Any]
+    afinish: Callable[[Any, LastRender | None], Any]
+    rerender: Callable[[int], tuple[RenderResult, dict[str, Any]]]
+    api: str
+    stream: bool  # the call asked for a stream (usage rows say so)
+
+
+class _Expanding:
+    """One wrapped call with the expand tool offered, as the proxy runs it (:mod:`~contextrender.service.expansion`):
     the call goes to the client with the tool added; an answer that calls the tool is answered from the graph and the
     call made again with the round appended (the history rendered again at B minus the rounds when they would not
     fit); the first answer without expand calls is the caller's, recorded and returned as the client returned it.
-    A stream is read whole first and then given to the caller chunk by chunk (:class:`_Replayed`): the caller sees
+    A stream is read whole first and then given to the caller event by event (:class:`_Replayed`): the caller sees
     no stream of an answer that was not its own. Every round's usage is recorded as billed. An upstream that keeps
-    calling the tool past the cap raises :class:`~contextrender.service.expansion.Stop`."""
+    calling the tool past the cap raises :class:`~contextrender.service.expansion.Stop`. ``call``: the API's side
+    (:class:`ExpandingCall`)."""
 
-    def __init__(self, state: ContextRenderState, loop: Any, fn: Any, args: tuple[Any, ...], history: list[Any],
-                 kwargs: dict[str, Any]) -> None:
-        self.state, self.loop, self.fn, self.args, self.history, self.kwargs = state, loop, fn, args, history, kwargs
+    def __init__(self, state: ContextRenderState, loop: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 call: ExpandingCall) -> None:
+        self.state, self.loop, self.fn, self.args, self.kwargs, self.call = state, loop, fn, args, kwargs, call
         # this call's render, taken now: another call of the session may render before this one's answer comes
         self.render = state.render_of(loop.res.session)
-        self.stream = bool(kwargs.get("stream"))
 
     def _call_kwargs(self) -> dict[str, Any]:
-        body = self.loop.body()
-        return {**self.kwargs, "messages": body["messages"], "tools": body["tools"]}
+        return {**self.kwargs, **self.call.call_kwargs(self.loop.body())}
 
-    def _read(self, out: Any, chunks: list[Any] | None) -> tuple[dict[str, Any] | None, PromptUsage | None]:
-        """The answer's message (OpenAI format) and usage: of the chunks read, or of the whole completion."""
-        if chunks is not None:
-            asm = StreamAssembler()
-            for c in chunks:
-                asm.feed(b"data: " + json.dumps(_plain(c), ensure_ascii=False).encode() + b"\n\n")
-            asm.close()
-            return (asm.message() if asm.complete else None), asm.usage()
-        msg = _first_message(out)
-        return (dict(_plain(msg)) if msg is not None else None), chat_prompt_usage(usage_object(out))
+    def _read(self, out: Any, chunks: list[Any] | None) -> tuple[dict[str, Any] | None, Any, PromptUsage | None]:
+        """The answer's message (OpenAI format), its raw form for the round and its usage: of the events read, or
+        of the whole answer."""
+        if chunks is None:
+            return self.call.whole(out)
+        asm = self.call.assembler()
+        for c in chunks:
+            asm.feed(b"data: " + json.dumps(_plain(c), ensure_ascii=False).encode() + b"\n\n")
+        asm.close()
+        if not asm.complete:
+            return None, None, asm.usage()
+        return asm.message(), self.loop.wire.streamed(asm), asm.usage()
 
-    def _round(self, msg: dict[str, Any], usage: PromptUsage | None) -> None:
+    def _round(self, msg: dict[str, Any], raw: Any, usage: PromptUsage | None) -> None:
         """Answer one round (blocking: it reads and writes the graph) and render again if the rounds need room."""
         state, loop = self.state, self.loop
-        state.record_usage(self.render, "chat", usage, streamed=self.stream)
+        state.record_usage(self.render, self.call.api, usage, streamed=self.call.stream)
         try:
-            again = loop.answer(msg, msg)
+            again = loop.answer(msg, raw)
         except ServiceError as e:
             raise _RAISED_AS[e.kind](e.message) from e
         if again is not None:
-            res, _, sent = state.prepare_chat(self.history, offer_expand=True, budget=again)
+            res, fwd = self.call.rerender(again)
             self.render = state.render_of(res.session)
-            loop.rendered_again(res, {"messages": sent, "tools": loop.fwd["tools"]})
+            loop.rendered_again(res, fwd)
         log.info("session %s: expand round %d answered (%d expansions so far, +%d history tokens)",
                  loop.res.session, loop.rounds, loop.expanded, loop.added)
 
     def run(self) -> Any:
-        """The loop for a sync client: the caller's answer (a completion, or a stream of its chunks)."""
+        """The loop for a sync client: the caller's answer (a whole answer, or a stream of its events)."""
         from contextrender.service.expansion import expand_calls
 
         while True:
@@ -508,18 +555,17 @@ class _ChatExpanding:
             if inspect.isawaitable(out):  # an async client whose create is not a coroutine function
                 return self.arun(out)
             chunks = None
-            if self.stream and _first_message(out) is None:
+            if self.call.streaming(out):
                 try:
                     chunks = list(out)
                 finally:
                     close = getattr(out, "close", None)
                     if callable(close):
                         close()
-            msg, usage = self._read(out, chunks)
+            msg, raw, usage = self._read(out, chunks)
             if msg is None or not expand_calls(msg):
-                return self.state.finish(_Replayed(out, chunks) if chunks is not None else out,
-                                         self.loop.res.session, self.stream, self.render)
-            self._round(msg, usage)
+                return self.call.finish(_Replayed(out, chunks) if chunks is not None else out, self.render)
+            self._round(msg, raw, usage)
 
     async def arun(self, first: Any = None) -> Any:
         """As :meth:`run`, for an async client; ``first``: the awaitable its first call already returned."""
@@ -530,7 +576,7 @@ class _ChatExpanding:
             if inspect.isawaitable(out):
                 out = await out
             chunks = None
-            if self.stream and _first_message(out) is None:
+            if self.call.streaming(out):
                 try:
                     chunks = [c async for c in out] if hasattr(out, "__aiter__") else list(out)
                 finally:
@@ -538,11 +584,11 @@ class _ChatExpanding:
                     done = close() if callable(close) else None
                     if inspect.isawaitable(done):
                         await done
-            msg, usage = self._read(out, chunks)
+            msg, raw, usage = self._read(out, chunks)
             if msg is None or not expand_calls(msg):
-                return await self.state.afinish(_AsyncReplayed(out, chunks) if chunks is not None else out,
-                                                self.loop.res.session, self.stream, self.render)
-            await asyncio.to_thread(self._round, msg, usage)
+                return await self.call.afinish(_AsyncReplayed(out, chunks) if chunks is not None else out,
+                                               self.render)
+            await asyncio.to_thread(self._round, msg, raw, usage)
 
 
 class _Recorder:
@@ -851,8 +897,8 @@ def wrap(client: Any, *, budget: int, method: str = "contextrender", graph: str 
         stateful_responses: a ``responses.create`` call that relies on the API's stored state
             (``previous_response_id``, ``conversation``) cannot be rendered: ``"refuse"`` raises ValueError,
             ``"passthrough"`` sends it unchanged (logged once).
-        expand: with a method whose markers can carry handles (``contextrender_plus``), chat completions calls
-            offer the model the ``contextrender_expand`` tool from the session's first call, and the wrapper
+        expand: with a method whose markers can carry handles (``contextrender_plus``), ``chat.completions.create``,
+            ``responses.create`` and Anthropic's ``messages.create`` offer the model the ``contextrender_expand`` tool from the session's first call, and the wrapper
             answers its calls itself in a bounded loop, calling the client again (docs/service.md, "The expand
             tool"); the caller never sees the tool. ``False``: never offered (markers carry no handles).
 

@@ -12,7 +12,10 @@ together) with every other argument unchanged, and records the answer. A stream 
 the ``messages.stream(...)`` helper, whose events, text stream and final message are the SDK's own)
 is recorded once the answer has its ``stop_reason``, before the event that says so reaches the caller.
 Each answer's ``usage`` as billed (``message_start`` and ``message_delta`` for a stream, read once the stream
-has ended) is recorded too: ``client.contextrender.last.usage`` and ``client.contextrender.usage()``.
+has ended) is recorded too: ``client.contextrender.last.usage`` and ``client.contextrender.usage()``. With a method
+whose markers carry handles (``contextrender_plus``), ``messages.create`` offers the ``contextrender_expand`` tool and
+answers it in the wrapper's bounded loop (:class:`~contextrender.wrapper._Expanding`; docs/service.md, "The expand
+tool"); the ``messages.stream`` helper does not.
 
 Everything else on the client (``messages.count_tokens``, ``messages.batches``, ``beta``,
 ``with_raw_response`` views, ``models``…) is the wrapped client's own, not rendered.
@@ -26,19 +29,24 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from contextrender.billing import PromptUsage
 from contextrender.events import MessageError
 from contextrender.service import anthropic_messages
 from contextrender.service.errors import InvalidMessages
+from contextrender.service.results import RenderResult
 from contextrender.service.streams import AnthropicStreamAssembler
 from contextrender.wrapper import (
     AsyncRecordingStream,
     ContextRenderState,
+    ExpandingCall,
     LastRender,
     RecordingStream,
     WrappedClient,
+    _Expanding,
     _is_async,
     _plain,
     _Recorder,
+    _tools_of,
     usage_object,
 )
 
@@ -78,17 +86,32 @@ def prepare(state: ContextRenderState, system: Any, messages: Iterable[Any]) -> 
     Raises:
         MessageError: ``system`` or ``messages`` are not the Messages API's (nothing stored or sent).
     """
+    res, sent = _prepare(state, system, messages)
+    return res.session, sent
+
+
+def _prepare(state: ContextRenderState, system: Any, messages: Iterable[Any], *, offer_expand: bool = False,
+             budget: int | None = None) -> tuple[RenderResult, list[Any]]:
+    """:func:`prepare`, returning the render; ``offer_expand``: this call answers the expand tool (the expand loop),
+    ``budget``: the one to render at (default B)."""
     original = list(messages)
     plain = [_plain_message(m) for m in original]
     try:
         converted = anthropic_messages.to_openai(_system(system), plain)
     except InvalidMessages as e:
         raise MessageError(e.message) from None
-    res = state.render(list(converted.messages))
+    res = state.render(list(converted.messages), offer_expand=offer_expand, budget=budget)
     own = {id(p): m for p, m in zip(plain, original, strict=True)}
     sent = [own.get(id(m), m) for m in anthropic_messages.forwarded_messages(plain, converted, res)]
     state.remember(res, sent)
-    return res.session, sent
+    return res, sent
+
+
+def _ends_with_user(messages: list[Any]) -> bool:
+    """Whether a Messages API request ends with the user's turn (an assistant prefill is continued by the model,
+    not answered: no expand loop runs on it)."""
+    last = _plain(messages[-1]) if messages else None
+    return isinstance(last, Mapping) and last.get("role") == "user"
 
 
 def _answer(out: Any) -> dict[str, Any] | None:
@@ -176,26 +199,74 @@ class Messages:
         """
         fn = self._inner.create
         stream = bool(kwargs.get("stream"))
+        history = list(messages)
         if _is_async(fn):
-            return self._acreate(fn, args, messages, kwargs, stream)
-        sid, sent = prepare(self._state, kwargs.get("system"), messages)
-        render = self._state.render_of(sid)
-        return self._finish(fn(*args, messages=sent, **kwargs), sid, stream, render)
+            return self._acreate(fn, args, history, kwargs, stream)
+        res, sent = _prepare(self._state, kwargs.get("system"), history, offer_expand=self._offers(history, kwargs))
+        loop = self._expand_loop(res, sent, kwargs)
+        if loop is not None:
+            return _Expanding(self._state, loop, fn, args, kwargs, self._expanding(loop, history, kwargs)).run()
+        render = self._state.render_of(res.session)
+        return self._finish(fn(*args, messages=sent, **kwargs), res.session, stream, render)
 
-    async def _acreate(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any],
+    async def _acreate(self, fn: Any, args: tuple[Any, ...], history: list[Any], kwargs: dict[str, Any],
                        stream: bool) -> Any:
-        sid, sent = await asyncio.to_thread(prepare, self._state, kwargs.get("system"), messages)
-        render = self._state.render_of(sid)
+        res, sent = await asyncio.to_thread(_prepare, self._state, kwargs.get("system"), history,
+                                            offer_expand=self._offers(history, kwargs))
+        loop = self._expand_loop(res, sent, kwargs)
+        if loop is not None:
+            return await _Expanding(self._state, loop, fn, args, kwargs,
+                                    self._expanding(loop, history, kwargs)).arun()
+        render = self._state.render_of(res.session)
         out = fn(*args, messages=sent, **kwargs)
         if inspect.isawaitable(out):
             out = await out
+        return await self._afinish(out, res.session, stream, render)
+
+    async def _afinish(self, out: Any, sid: str, stream: bool, render: LastRender | None) -> Any:
         if stream:
-            return self._finish(out, sid, stream, render)
+            return self._finish(out, sid, stream, render)  # wrapping a stream does no I/O
         msg = _answer(out)
         if msg is not None:
             await asyncio.to_thread(self._state.record, sid, msg)
         await asyncio.to_thread(_record_usage, self._state, render, out)
         return out
+
+    # -- the expand tool (docs/service.md, "The expand tool") -----------------------------
+
+    def _offers(self, history: list[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether this call may offer the expand tool: ``wrap(expand=True)``, ``tools`` a list or not given, and
+        the request ends with the user's turn."""
+        return self._state.expand and _tools_of(kwargs) is not None and _ends_with_user(history)
+
+    def _expand_loop(self, res: RenderResult, sent: list[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The expand loop for this call when its render's markers can carry handles, else None."""
+        from contextrender.service import expansion
+
+        tools = _tools_of(kwargs)
+        if not self._state.expand or tools is None or not expansion.offers(res) or not _ends_with_user(sent):
+            return None
+        return expansion.Loop(self._state.service, res, anthropic_messages.WIRE, {"messages": sent, "tools": tools},
+                              self._state.budget)
+
+    def _expanding(self, loop: Any, history: list[Any], kwargs: Mapping[str, Any]) -> ExpandingCall:
+        """The Messages API side of the expand loop (:class:`~contextrender.wrapper.ExpandingCall`)."""
+        stream, sid, state = bool(kwargs.get("stream")), loop.res.session, self._state
+
+        def whole(out: Any) -> tuple[dict[str, Any] | None, Any, PromptUsage | None]:
+            return _answer(out), anthropic_messages.answer_content(_plain(out)), \
+                anthropic_messages.prompt_usage(usage_object(out))
+
+        def rerender(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+            res, sent = _prepare(state, kwargs.get("system"), history, offer_expand=True, budget=budget)
+            return res, {"messages": sent, "tools": loop.fwd["tools"]}
+
+        return ExpandingCall(
+            call_kwargs=lambda body: {"messages": body["messages"], "tools": body["tools"]},
+            streaming=lambda out: stream, whole=whole, assembler=AnthropicStreamAssembler,
+            finish=lambda out, render: self._finish(out, sid, stream, render),
+            afinish=lambda out, render: self._afinish(out, sid, stream, render),
+            rerender=rerender, api="messages", stream=stream)
 
     def _finish(self, out: Any, sid: str, stream: bool, render: LastRender | None) -> Any:
         if stream and hasattr(out, "__aiter__"):

@@ -12,7 +12,9 @@ and their encrypted content go as given; calls and outputs kept paired) with eve
 unchanged, and records the answer (the response's output, as one assistant message). A stream
 (``stream=True``) yields the SDK's events unchanged and is recorded at ``response.completed``, before
 that event reaches the caller. Each response's ``usage`` as billed (a stream's from ``response.completed``) is
-recorded too: ``client.contextrender.last.usage`` and ``client.contextrender.usage()``.
+recorded too: ``client.contextrender.last.usage`` and ``client.contextrender.usage()``. With a method whose markers
+carry handles (``contextrender_plus``) the call offers the ``contextrender_expand`` tool and answers it in the
+wrapper's bounded loop (:class:`~contextrender.wrapper._Expanding`; docs/service.md, "The expand tool").
 
 A call that relies on state the API keeps (``previous_response_id``, ``conversation``, ``item_reference``
 items) holds a history the wrapper never sees: it raises ``ValueError`` naming the argument, unless
@@ -28,18 +30,23 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from contextrender.billing import PromptUsage
 from contextrender.events import MessageError
 from contextrender.service import responses_api
 from contextrender.service.errors import InvalidMessages
+from contextrender.service.results import RenderResult
 from contextrender.service.streams import ResponsesStreamAssembler
 from contextrender.wrapper import (
     AsyncRecordingStream,
     ContextRenderState,
+    ExpandingCall,
     LastRender,
     RecordingStream,
+    _Expanding,
     _is_async,
     _plain,
     _Recorder,
+    _tools_of,
     usage_object,
 )
 
@@ -74,6 +81,14 @@ def prepare(state: ContextRenderState, instructions: Any, input_: Any) -> tuple[
     Raises:
         MessageError: ``instructions`` or ``input`` are not the Responses API's (nothing stored or sent).
     """
+    res, sent = _prepare(state, instructions, input_)
+    return res.session, sent
+
+
+def _prepare(state: ContextRenderState, instructions: Any, input_: Any, *, offer_expand: bool = False,
+             budget: int | None = None) -> tuple[RenderResult, Any]:
+    """:func:`prepare`, returning the render; ``offer_expand``: this call answers the expand tool (the expand loop),
+    ``budget``: the one to render at (default B)."""
     plain = _plain_input(input_)
     if not plain:
         raise MessageError("'input' must be a non-empty string or a non-empty list of input items")
@@ -92,13 +107,18 @@ def prepare(state: ContextRenderState, instructions: Any, input_: Any) -> tuple[
                                                 lambda call_id: together.get(call_id, frozenset()))
     except InvalidMessages as e:
         raise MessageError(e.message) from None
-    res = state.render(list(converted.messages))
+    res = state.render(list(converted.messages), offer_expand=offer_expand, budget=budget)
     sent = responses_api.forwarded_input(plain, converted, res)
     if isinstance(plain, list):  # back to the caller's own objects where an item was an SDK object
         own = {id(p): item for p, item in zip(plain, input_, strict=True)}
         sent = [own.get(id(item), item) for item in sent]
     state.remember(res, sent if isinstance(sent, list) else [sent])
-    return res.session, sent
+    return res, sent
+
+
+def _as_items(sent: Any) -> list[Any]:
+    """``input`` as a list of items (a string is the one user message it stands for), for rounds to follow it."""
+    return list(sent) if isinstance(sent, (list, tuple)) else [{"role": "user", "content": sent}]
 
 
 def _answer(out: Any) -> dict[str, Any] | None:
@@ -160,10 +180,30 @@ class WrappedResponses:
             return self._acreate(fn, args, kwargs)
         if self._refuse_or_pass(kwargs):
             return fn(*args, **kwargs)
-        sid, sent = prepare(self._state, kwargs.get("instructions"), kwargs.get("input"))
-        render = self._state.render_of(sid)
-        out = fn(*args, **{**kwargs, "input": sent})
-        if kwargs.get("stream") is True:
+        res, sent = _prepare(self._state, kwargs.get("instructions"), kwargs.get("input"),
+                             offer_expand=self._offers(kwargs))
+        loop = self._expand_loop(res, sent, kwargs)
+        if loop is not None:
+            return _Expanding(self._state, loop, fn, args, kwargs, self._expanding(loop, kwargs)).run()
+        render = self._state.render_of(res.session)
+        return self._finish(fn(*args, **{**kwargs, "input": sent}), res.session, kwargs.get("stream") is True, render)
+
+    async def _acreate(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._refuse_or_pass(kwargs):
+            return await fn(*args, **kwargs)
+        # Syncing and rendering may embed results (CPU): off the event loop.
+        res, sent = await asyncio.to_thread(_prepare, self._state, kwargs.get("instructions"), kwargs.get("input"),
+                                            offer_expand=self._offers(kwargs))
+        loop = self._expand_loop(res, sent, kwargs)
+        if loop is not None:
+            return await _Expanding(self._state, loop, fn, args, kwargs, self._expanding(loop, kwargs)).arun()
+        render = self._state.render_of(res.session)
+        out = await fn(*args, **{**kwargs, "input": sent})
+        return await self._afinish(out, res.session, kwargs.get("stream") is True, render)
+
+    def _finish(self, out: Any, sid: str, stream: bool, render: LastRender | None) -> Any:
+        """The caller's result: a recording stream, or the response after recording its answer and usage."""
+        if stream:
             return RecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler, "responses", render))
         msg = _answer(out)
         if msg is not None:
@@ -171,14 +211,8 @@ class WrappedResponses:
         _record_usage(self._state, render, out)
         return out
 
-    async def _acreate(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self._refuse_or_pass(kwargs):
-            return await fn(*args, **kwargs)
-        # Syncing and rendering may embed results (CPU): off the event loop.
-        sid, sent = await asyncio.to_thread(prepare, self._state, kwargs.get("instructions"), kwargs.get("input"))
-        render = self._state.render_of(sid)
-        out = await fn(*args, **{**kwargs, "input": sent})
-        if kwargs.get("stream") is True:
+    async def _afinish(self, out: Any, sid: str, stream: bool, render: LastRender | None) -> Any:
+        if stream:
             return AsyncRecordingStream(out, _Recorder(self._state, sid, ResponsesStreamAssembler, "responses",
                                                        render))
         msg = _answer(out)
@@ -186,6 +220,42 @@ class WrappedResponses:
             await asyncio.to_thread(self._state.record, sid, msg)
         await asyncio.to_thread(_record_usage, self._state, render, out)
         return out
+
+    # -- the expand tool (docs/service.md, "The expand tool") -----------------------------
+
+    def _offers(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether this call may offer the expand tool (``wrap(expand=True)``, ``tools`` a list or not given)."""
+        return self._state.expand and _tools_of(kwargs) is not None
+
+    def _expand_loop(self, res: RenderResult, sent: Any, kwargs: Mapping[str, Any]) -> Any:
+        """The expand loop for this call when its render's markers can carry handles, else None."""
+        from contextrender.service import expansion
+
+        tools = _tools_of(kwargs)
+        if not self._state.expand or tools is None or not expansion.offers(res):
+            return None
+        return expansion.Loop(self._state.service, res, responses_api.WIRE, {"input": _as_items(sent), "tools": tools},
+                              self._state.budget)
+
+    def _expanding(self, loop: Any, kwargs: Mapping[str, Any]) -> ExpandingCall:
+        """The Responses API side of the expand loop (:class:`~contextrender.wrapper.ExpandingCall`)."""
+        stream, sid, state = kwargs.get("stream") is True, loop.res.session, self._state
+
+        def whole(out: Any) -> tuple[dict[str, Any] | None, Any, PromptUsage | None]:
+            return _answer(out), responses_api.answer_output(_plain(out)), \
+                responses_api.prompt_usage(usage_object(out))
+
+        def rerender(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+            res, sent = _prepare(state, kwargs.get("instructions"), kwargs.get("input"), offer_expand=True,
+                                 budget=budget)
+            return res, {"input": _as_items(sent), "tools": loop.fwd["tools"]}
+
+        return ExpandingCall(
+            call_kwargs=lambda body: {"input": body["input"], "tools": body["tools"]},
+            streaming=lambda out: stream, whole=whole, assembler=ResponsesStreamAssembler,
+            finish=lambda out, render: self._finish(out, sid, stream, render),
+            afinish=lambda out, render: self._afinish(out, sid, stream, render),
+            rerender=rerender, api="responses", stream=stream)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
