@@ -31,7 +31,9 @@ import hmac
 import json
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +93,28 @@ def gives_handles(policy: Any) -> bool:
     return getattr(policy, "expand", False) is True
 
 
+#: Set while a render is made for a request that does not offer the tool (:func:`withheld`).
+_WITHHELD: ContextVar[bool] = ContextVar("contextrender_expand_withheld", default=False)
+
+
 def offered(session: Session) -> bool:
-    """Whether the tool was offered in ``session`` (a render then gives omitted results handles)."""
-    return session.expand_key() is not None
+    """Whether the tool is offered in ``session`` for the render being made: it was offered there
+    (:func:`offer`), and the request being rendered does not withhold it (:func:`withheld`). A render then gives
+    omitted results handles."""
+    return session.expand_key() is not None and not _WITHHELD.get()
+
+
+@contextmanager
+def withheld() -> Iterator[None]:
+    """Render, inside this block, as if the tool had never been offered: for a request that does not carry it (the
+    service's render without ``offer_expand``: an assistant prefill, ``wrap(expand=False)``, a helper that hands the
+    caller the live stream). Its markers carry no handles, and the cache-aware render holds back nothing on the
+    strength of an expansion the model cannot make. Per thread and task (a context variable)."""
+    token = _WITHHELD.set(True)
+    try:
+        yield
+    finally:
+        _WITHHELD.reset(token)
 
 
 def handle(session: Session, seq: int) -> str:
@@ -462,4 +483,4 @@ class ExpandTool:
 
 __all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "expand",
            "expansions", "gives_handles", "handle", "marked_results", "marker", "messages_tool", "offer", "offered",
-           "origin", "record", "resolve", "responses_tool", "shortened_note"]
+           "origin", "record", "resolve", "responses_tool", "shortened_note", "withheld"]

@@ -941,7 +941,7 @@ async def _relay_rendered(state: ProxyState, request: Request, key: str, budget:
         headers["content-type"] = "application/json"
         url = _api_url(state, api.path)
         params = state.base_params if params is None else params
-        if expansion.offers(res) and _can_expand(api, fwd):
+        if expansion.offers(res) and _can_expand(api, fwd):  # offered only where it can run (the render functions)
             loop = expansion.Loop(state.service, res, api.wire, fwd, budget)
             return await unless_disconnected(request, _forward_expanding(state, loop, render, url, params, headers,
                                                                          extra, api))
@@ -1198,7 +1198,7 @@ async def handle_messages(state: ProxyState, request: Request) -> Response:
     def render(budget: int) -> tuple[RenderResult, dict[str, Any]]:
         res = state.service.render(req.key, messages=list(req.converted.messages), budget=budget,
                                    method=req.method, overrides=req.overrides, on_conflict="fork",
-                                   offer_expand=True)
+                                   offer_expand=_can_expand(MESSAGES_API, req.body))
         return res, {**req.body, "messages": anthropic_messages.forwarded_messages(req.body["messages"],
                                                                                   req.converted, res,
                                                                                   request=req.body)}
@@ -1312,7 +1312,7 @@ async def handle_responses(state: ProxyState, request: Request) -> Response:
         converted = req.conversation(state.service)  # under the session's lock: it may read the stored answers
         res = state.service.render(req.key, messages=list(converted.messages), budget=budget,
                                    method=req.method, overrides=req.overrides, on_conflict="fork",
-                                   offer_expand=True)
+                                   offer_expand=_can_expand(RESPONSES_API, req.body))
         return res, {**req.body, "input": responses_api.forwarded_input(req.body["input"], converted, res)}
 
     return await _relay_rendered(state, request, req.key, req.budget, render, RESPONSES_API)

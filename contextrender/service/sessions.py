@@ -27,6 +27,7 @@ share one embedder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -588,11 +589,13 @@ class ContextService:
         if handles:  # docs/service.md, "The expand tool": markers carry handles from this render on
             expand_tool.offer(session)
         try:
-            if callable(getattr(policy, "select", None)):
-                sel = policy.select(session, budget)
-                rendered, shortcut = sel.rendered, sel.shortcut
-            else:
-                rendered, shortcut = policy.render(session, budget), None
+            # A request without the tool renders as if it was never offered, even in a session where it was.
+            with contextlib.nullcontext() if handles else expand_tool.withheld():
+                if callable(getattr(policy, "select", None)):
+                    sel = policy.select(session, budget)
+                    rendered, shortcut = sel.rendered, sel.shortcut
+                else:
+                    rendered, shortcut = policy.render(session, budget), None
         except BudgetExceeded as e:  # a policy bug, never a client error
             raise InternalError(f"render failed the budget check: {e}") from None
         msgs = [dict(m) for m in rendered.messages]
