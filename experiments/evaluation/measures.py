@@ -287,7 +287,10 @@ class MeasureTracker:
         self._history: Any = None
         self._text_memo: dict[str, str] = {}
         self._readiness = ReadinessTracker()
-        self._marked = RenderedText(())  # what the results the last render marks with a handle show
+        self._marked: dict[int, RenderedText] = {}  # what each result the last render marks with a handle shows
+        #: after :meth:`on_turn`: per result the render marked with a handle, the hidden needed values it holds
+        #: (the expansions that turn's calls wait on), oldest result first
+        self.expansions: dict[int, list[str]] = {}
         self.stats.readiness = self._readiness.stats  # an episode without a call is one ready trace
 
     # -- transcript ---------------------------------------------------------------------------
@@ -373,7 +376,9 @@ class MeasureTracker:
         self._pending = (rendered, keys, tm)
         self._history = history
         get = history.message if hasattr(history, "message") else history.__getitem__
-        self._marked = RenderedText(Message.from_openai(get(seq), f"message {seq}").content for seq in marked)
+        self._marked = {seq: RenderedText([Message.from_openai(get(seq), f"message {seq}").content])
+                        for seq in sorted(marked)}
+        self.expansions = {}
         return tm
 
     def on_turn(self, turn: Mapping[str, Any] | Message) -> TurnMeasures:
@@ -422,7 +427,13 @@ class MeasureTracker:
                     needing += 1
                     ready += int(not missing)
                 if missing:
-                    away = sum(self._marked.shows(n) for n in call.needs if n.value in missing)
+                    away = 0
+                    for n in call.needs:
+                        holder = next((q for q, text in self._marked.items() if text.shows(n)), None) \
+                            if n.value in missing else None
+                        if holder is not None:
+                            away += 1
+                            self.expansions.setdefault(holder, []).append(n.value)
                     s.hidden_values += len(missing)
                     s.expandable_values += away
                     s.expandable_calls += int(away == len(missing))

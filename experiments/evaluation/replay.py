@@ -120,6 +120,8 @@ class MethodTally:
     hits_per_trace: list[int] = field(default_factory=list)
     #: per billing profile, each replayed trace's requests as billed (docs/method.md §14), in replay order
     billed_per_trace: dict[str, list[PromptUsage]] = field(default_factory=dict)
+    #: expand calls billed (a replay with the tool offered: one per result a turn's hidden values wait on)
+    expansions: int = 0
 
     def add_render(self, tokens: int, audited: int, budget: int) -> None:
         self.renders += 1
@@ -142,6 +144,7 @@ class MethodTally:
             "renders": self.renders,
             "measures": self.measures.summary(),
             "hits_per_trace": list(self.hits_per_trace),
+            "expansions_billed": self.expansions,
         }
 
 
@@ -628,7 +631,14 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
                 log.warning("%s: policy reports %d history tokens, its messages count %d", where,
                             rendered.tokens, audited)
             tally.add_render(rendered.tokens, audited, budget)
-            for profile, u in billing.request(rendered.messages, tools, counter.message(msgs[idx])).items():
+            sent = list(rendered.messages)
+            if tracker.expansions:  # the model reads them back first: one more request, the round appended
+                round_ = expansion_round(session, tracker.expansions, budget, f"x{j}")
+                for profile, u in billing.request(sent, tools, counter.message(round_[0])).items():
+                    billed[profile].append(u)
+                sent += round_
+                tally.expansions += len(round_) - 1
+            for profile, u in billing.request(sent, tools, counter.message(msgs[idx])).items():
                 billed[profile].append(u)
             visible[j] = rendered.visible
             if on_render is not None:
@@ -642,6 +652,26 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         tally.measures = tally.measures + tracker.stats
         tally.seconds += time.perf_counter() - t0
     return count_events(events)
+
+
+def expansion_round(session: Session, wanted: Mapping[int, Sequence[str]], budget: int,
+                    prefix: str) -> list[dict[str, Any]]:
+    """The expand round a model would make before a turn whose needed values ``wanted`` holds (per result marked
+    with a handle, the values it holds): one assistant message calling ``contextrender_expand`` per result,
+    narrowed to those values, and the tool's answers (clipped as the service clips them), in OpenAI format.
+    Not recorded in the session: a replay bills the round, it does not learn from it."""
+    calls, answers = [], []
+    room = int(budget * expand_tool.DEFAULT_SHARE)
+    for i, (seq, values) in enumerate(wanted.items()):
+        args = json.dumps({"handle": expand_tool.handle(session, seq), "match": " ".join(dict.fromkeys(values))})
+        cid = f"{prefix}_{i}"
+        calls.append({"id": cid, "type": "function", "function": {"name": expand_tool.TOOL_NAME, "arguments": args}})
+        try:
+            text = expand_tool.expand(session, args, max_tokens=max(room // len(wanted), expand_tool.MIN_TOKENS)).text
+        except expand_tool.ExpandError as e:
+            text = f"error: {e}"
+        answers.append({"role": "tool", "tool_call_id": cid, "content": text})
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *answers]
 
 
 def likely_embedded_texts(episode: Episode, task_chars: int = 2000, budget: int | None = None) -> list[str]:
@@ -932,18 +962,21 @@ def expansion_lines(result: ReplayResult) -> list[str]:
         return []
     lines = ["", "One expansion away (the expand tool offered to " + ", ".join(result.expand) + "; docs/method.md §16): "
              "of the needed values a render hid, those a result it marks with a handle holds. The other methods' "
-             "hidden values are lost to the model (a read-only call may be re-issued). A replay runs no model, so no "
-             "expansion is made: the bill below has the tool's schema in every offered request, not the expansions.",
+             "hidden values are lost to the model (a read-only call may be re-issued). The bill below counts, before "
+             "each such turn, the request whose answer calls the tool (one call per result, narrowed to the values) "
+             "and the turn's own request with that round appended, as the proxy sends them; the tool's schema is in "
+             "every offered request.",
              "",
-             "| method | hidden needed values | one expansion away | % | calls ready after expanding |",
-             "|---|---:|---:|---:|---:|"]
+             "| method | hidden needed values | one expansion away | % | calls ready after expanding | expand calls |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, t in result.methods.items():
         m = t.measures
         if name in result.expand:
             pct = _fmt(100 * m.expandable_values / m.hidden_values if m.hidden_values else None)
-            lines.append(f"| {name} | {m.hidden_values} | {m.expandable_values} | {pct} | {m.expandable_calls} |")
+            lines.append(f"| {name} | {m.hidden_values} | {m.expandable_values} | {pct} | {m.expandable_calls} | "
+                         f"{t.expansions} |")
         else:
-            lines.append(f"| {name} | {m.hidden_values} | – | – | – |")
+            lines.append(f"| {name} | {m.hidden_values} | – | – | – | – |")
     return lines
 
 

@@ -320,7 +320,8 @@ def test_cli_end_to_end(tmp_path):
     for m in res["methods"].values():
         assert list(m) == ["call_readiness", "trace_readiness", "readiness", "recall", "recall_by_age",
                            "mean_rendered_tokens", "max_rendered_tokens", "over_budget_renders", "renders", "measures",
-                           "hits_per_trace"]
+                           "hits_per_trace", "expansions_billed"]
+        assert m["expansions_billed"] == 0  # no method was offered the expand tool
         assert m["readiness"]["traces"] == 3 and m["readiness"] == m["measures"]["readiness"]
         assert m["measures"]["pairing_checked_renders"] == m["renders"]
         assert len(m["hits_per_trace"]) == 3 and sum(m["hits_per_trace"]) == round(m["recall"] * res["events"] / 100)
@@ -598,11 +599,14 @@ def test_replay_with_expand_counts_the_hidden_values_one_expansion_away(tmp_path
     assert on.expand == ("handles",) and off.expand == ()
     summary = on.methods["handles"].summary()["measures"]
     assert summary["one_expansion_away"] == 1 and summary["one_expansion_away_pct"] == 50.0
-    assert "| handles | 2 | 1 | 50.0 | 1 |" in "\n".join(expansion_lines(on)) and expansion_lines(off) == []
-    # the tool's schema is part of every offered request's prompt
-    billed_on = on.methods["handles"].billed_per_trace["none"][0].prompt
-    billed_off = off.methods["handles"].billed_per_trace["none"][0].prompt
-    assert billed_on > billed_off
+    assert "| handles | 2 | 1 | 50.0 | 1 | 1 |" in "\n".join(expansion_lines(on)) and expansion_lines(off) == []
+    # every offered request carries the tool's schema, and the turn waiting on an expansion is billed as the
+    # request that calls the tool plus its own request with the round (the answer read back) appended
+    assert on.methods["handles"].expansions == 1 and off.methods["handles"].expansions == 0
+    billed_on = on.methods["handles"].billed_per_trace["none"][0]
+    billed_off = off.methods["handles"].billed_per_trace["none"][0]
+    assert billed_on.prompt > billed_off.prompt + 2 * 100
+    assert billed_on.output > billed_off.output  # the expand call's tokens
     # pooled counts survive a record's round trip
     from contextrender.experiments.evaluation.measures import MeasureStats
 
