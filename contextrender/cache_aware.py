@@ -256,19 +256,20 @@ class CacheAware:
         outside = session.tokens_of(scope.system) + (session.ntok(scope.current) if scope.current is not None else 0)
 
         def per_call(sel: Any) -> float:
-            """In plain input tokens: the re-sent tokens' premium, spread over the calls the free room lets append,
-            and, where the tool is offered, the expansions a new result shown weaker than the method would show it
-            is expected to cost (each one more request: the prompt read from the cache, the result written)."""
+            """In plain input tokens per call: what the change costs once — the re-sent tokens' premium and, where the
+            tool is offered, the expansions a new result shown weaker than the method would show it is expected to
+            cost (each one more request: the prompt read from the cache, the result written) — spread over the calls
+            the free room lets append before the next change."""
             room = budget - sel.rendered.tokens
-            cost = self.premium * _rewritten(session, prev, sel.rendered) / (1.0 + room / growth if growth > 0 else 1.0)
+            once = self.premium * _rewritten(session, prev, sel.rendered)
             if recoverable:
                 forms = _forms(sel)
                 weaker = [q for q, f in fresh_forms.items() if q >= prev.n
                           and _KEEPS.get(forms.get(q, ""), 0) < _KEEPS.get(f, 0)]
                 # A result the model has not seen yet is what it asked for last: shown weaker, it is read back.
-                cost += sum(self.read_share * (outside + sel.rendered.tokens) + self.write_share * session.ntok(q)
+                once += sum(self.read_share * (outside + sel.rendered.tokens) + self.write_share * session.ntok(q)
                             for q in weaker)
-            return cost
+            return once / (1.0 + room / growth if growth > 0 else 1.0)
 
         held = sorted(q for q in prev.held if q < prev.n)
         # Every result keeps at least the form the fresh render gives it: what the method would show now is shown.
