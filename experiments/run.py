@@ -55,6 +55,27 @@ def _refused() -> None:
             break
 
 
+def _refused_sweep() -> None:
+    """A sweep stopped at its first job, before anything but Hydra's config copies and logs was written: remove its
+    directory and the parents that held only it (``multirun/<experiment>``), as :func:`_refused` does for a single
+    job. A sweep stopped later keeps its directory: the logs of the jobs that ran are in it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or HydraConfig.get().job.num != 0:
+        return
+    out = Path(HydraConfig.get().sweep.dir)
+    if not out.is_dir() or any(p.is_file() and ".hydra" not in p.parts and not p.name.endswith(".log")
+                               and p.name != "multirun.yaml" for p in out.rglob("*")):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    parents = list(out.parents)[:2]  # the default layout's multirun/<experiment_name>, then multirun
+    for parent in parents if len(parents) == 2 and parents[1].name == "multirun" else []:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 @hydra.main(config_path="pkg://contextrender.conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     # Hydra has configured logging (console and the job's .log file) by now; make each of its
@@ -75,7 +96,9 @@ def main(cfg: DictConfig) -> float | None:
             raise  # this project's own module: a bug, with its traceback
         log.error("%s", redact(str(e)) if isinstance(e, MissingPackage) else missing_package_message(e))
         if _multirun():  # the sweep's other jobs would most likely fail the same way: stop it, with no traceback
-            log.error("the sweep stops here: install it, then the same command resumes (finished jobs are kept)")
+            log.error("the sweep stops here: set up the environment named above (the harness's is `make setup`'s), "
+                      "then the same command resumes (finished jobs are kept)")
+            _refused_sweep()
         else:
             _refused()
         sys.exit(2)

@@ -413,3 +413,4 @@ def test_a_sweep_stops_at_a_missing_package_in_one_line(tmp_path):
     assert "the harness needs 'loguru', which is not installed" in out.stderr and "the sweep stops here" in out.stderr
     assert "Traceback" not in said and "Error executing job" not in said
     assert "#1 : method=full" not in said  # the second job never started
+    assert not (tmp_path / "sweep").exists()  # and nothing of the refused sweep is left
