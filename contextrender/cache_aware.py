@@ -34,7 +34,7 @@ from typing import Any
 
 from contextrender.billing import PROFILE_MODELS, PricesUnavailable, prices, rules
 from contextrender.events import Usage
-from contextrender.graph import Session
+from contextrender.graph import EXPAND_TOOL, Session
 from contextrender.render import ContextPolicy, Rendered, Scope, check_budget, first_user, require_budget
 
 
@@ -243,14 +243,19 @@ class CacheAware:
         per call). Returns (the late render or None when the fresh one wins, the fresh render)."""
         assert prev.held is not None
         at_b = self.inner.pinning(session, budget, explain=False)  # type: ignore[attr-defined]
-        fresh = fresh if fresh is not None else at_b({})
+        recoverable = _recoverable(self.inner, session)
+        # What the model is reading back now (the answers of the expand calls since its last other turn) is shown in
+        # full, by every candidate and the fresh render alike: shown weaker, it would be asked for again, and two
+        # read-backs that push each other out would never end.
+        back: dict[int, tuple[str | None, str]] = dict.fromkeys(_reading_back(session), (None, "full")) \
+            if recoverable else {}
+        fresh = fresh if fresh is not None else (back and at_b(back)) or at_b({})
         assert fresh is not None
         if fresh.shortcut:
             return None, fresh
         growth = self._growth(session)
         h = headroom(budget, growth, self.premium)
 
-        recoverable = _recoverable(self.inner, session)
         fresh_forms = _forms(fresh)
         scope = Scope.of(session)
         outside = session.tokens_of(scope.system) + (session.ntok(scope.current) if scope.current is not None else 0)
@@ -279,13 +284,13 @@ class CacheAware:
         # Where the expand tool is offered, a value a render holds back is one expansion away, appended at the end
         # where it breaks no cached prefix: then every cut qualifies, so the latest one (under B and B − h) is
         # priced against the fresh render, the expected expansions included (§15, step 2).
-        want = {} if recoverable else fresh_forms
+        want = {q: "full" for q in back} if recoverable else fresh_forms
         best, best_cost = None, per_call(fresh)
 
         def consider(k: int, select: Any) -> Any:
             """The render holding the first k results under ``select``'s budget if it qualifies (kept when cheapest)."""
             nonlocal best, best_cost
-            sel = select({q: prev.held[q] for q in held[:k]})  # type: ignore[index]
+            sel = select({**{q: prev.held[q] for q in held[:k]}, **back})  # type: ignore[index]
             if sel is None or not _covers(_forms(sel), want):
                 return None
             cost = per_call(sel)
@@ -406,6 +411,22 @@ def _recoverable(policy: Any, session: Session) -> bool:
     from contextrender.expand import gives_handles, offered
 
     return gives_handles(policy) and offered(session)
+
+
+def _reading_back(session: Session) -> list[int]:
+    """The answers of the ``contextrender_expand`` calls the model made since its last other turn (its last message
+    that was not only expand calls): what it is reading back for the step it is on."""
+    out = []
+    for seq in range(len(session) - 1, -1, -1):
+        m = session.message(seq)
+        if m.role == "tool":
+            if session.is_result(seq) and session.result(seq).tool_name == EXPAND_TOOL:
+                out.append(seq)
+            continue
+        if m.role == "assistant" and m.tool_calls and all(c.name == EXPAND_TOOL for c in m.tool_calls):
+            continue
+        break
+    return out[::-1]
 
 
 def _takes_pins(policy: Any) -> bool:

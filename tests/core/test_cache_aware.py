@@ -217,3 +217,36 @@ def test_write_premium_comes_from_the_cost_map() -> None:
     assert write_premium("anthropic") == pytest.approx(1.15)  # (1.25 − 0.1) / 1 at claude-sonnet-4-5's prices
     assert write_premium("openai") == pytest.approx(0.75)  # (1 − 0.25) / 1 at gpt-4.1's
     assert write_premium("none") == 0.0
+
+
+def test_what_the_model_is_reading_back_stays_in_full_until_its_next_other_turn() -> None:
+    """docs/method.md §15: with the tool offered, the answers of the expand calls the model made since its last
+    other turn are shown in full by the next render, however little room is left: two read-backs that pushed each
+    other out would never end (a τ²-retail task at B = 4000 expanded one result, the render dropped it for the
+    next, and the closing message lost the first value)."""
+    from contextrender import expand
+    from contextrender.cache_aware import _reading_back
+
+    budget = 1500
+    policy = plus()
+    session, seq = _offered_renders(policy, order_session_messages(n_orders=8, items=6), budget)
+    held_back = [src for m, src in zip(seq[-1].messages, seq[-1].sources, strict=True)  # type: ignore[attr-defined]
+                 if src is not None and session.is_result(src) and expand.MARKER_HANDLE.search(m["content"])]
+    assert len(held_back) >= 2
+    answers = []
+    for i, src in enumerate(held_back[:2]):  # the model reads two held-back orders back, one call at a time
+        h = expand.handle(session, src)
+        call = {"id": f"x{i}", "type": "function",
+                "function": {"name": expand.TOOL_NAME, "arguments": json.dumps({"handle": h})}}
+        session.extend([{"role": "assistant", "content": None, "tool_calls": [call]}])
+        text = expand.expand(session, {"handle": h}, max_tokens=budget // 2).text
+        session.extend([{"role": "tool", "tool_call_id": f"x{i}", "content": text}])
+        answers.append(len(session) - 1)
+        assert _reading_back(session) == answers
+        r = policy.render(session, budget)  # type: ignore[attr-defined]
+        shown = {src for m, src in zip(r.messages, r.sources, strict=True)
+                 if src is not None and m["content"] == session.message(src).content}
+        assert set(answers) <= shown, (answers, sorted(shown))
+        assert r.tokens <= budget
+    session.extend([{"role": "assistant", "content": "Both orders hold the lamp."}])
+    assert _reading_back(session) == []
