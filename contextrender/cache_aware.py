@@ -139,7 +139,7 @@ class CacheAware:
         self.premium = write_premium(self.profile, model)
         self.read_share, self.write_share = request_shares(self.profile, model)
         self.max_sessions = int(max_sessions)
-        self._plans: OrderedDict[tuple[str, str, int], tuple[_Plan | None, _Plan]] = OrderedDict()
+        self._plans: OrderedDict[tuple[str, str, int, bool], tuple[_Plan | None, _Plan]] = OrderedDict()
         self._lock = threading.Lock()
         #: renders made afresh (the wrapped policy's), by appending, and by a late change, since construction
         self.fresh_renders = 0
@@ -156,7 +156,7 @@ class CacheAware:
 
     # -- state --------------------------------------------------------------------------------------
 
-    def _previous(self, key: tuple[str, str, int], t: int) -> _Plan | None:
+    def _previous(self, key: tuple[str, str, int, bool], t: int) -> _Plan | None:
         with self._lock:
             held = self._plans.get(key)
             if held is None:
@@ -167,7 +167,7 @@ class CacheAware:
             return latest
         return older if older is not None and older.t < t else None  # a repeated render of invocation t
 
-    def _remember(self, key: tuple[str, str, int], plan: _Plan) -> None:
+    def _remember(self, key: tuple[str, str, int, bool], plan: _Plan) -> None:
         with self._lock:
             held = self._plans.get(key)
             prev = held[1] if held is not None and held[1].t < plan.t else (held[0] if held else None)
@@ -197,7 +197,9 @@ class CacheAware:
         require_budget(budget)
         if not self.budgeted or self.premium <= 0:
             return self._inner(session, budget, explain, profile)
-        key = (session.graph.uid, session.id, int(budget))
+        # One chain of renders per session, budget and whether the tool is offered to this request: a render with
+        # handles never continues one without them, nor the other way round (each is its own cached prefix).
+        key = (session.graph.uid, session.id, int(budget), _recoverable(self.inner, session))
         t = session.next_invocation
         scope = Scope.of(session)
         prev = self._previous(key, t)

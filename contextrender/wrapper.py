@@ -302,9 +302,10 @@ class ContextRenderState:
             return self._renders.get(sid)
 
     def record_usage(self, render: LastRender | None, api: str, usage: PromptUsage | None, *,
-                     streamed: bool) -> None:
+                     streamed: bool, answer: bool = True) -> None:
         """Best effort: store the usage the upstream billed the call that ``render`` sent (None: its answer
-        carried none, stored as unknown), and give it to :attr:`last` while that is still this call's."""
+        carried none, stored as unknown), and give it to :attr:`last` while that is still this call's (``answer``:
+        the caller's answer; an expand round's usage is stored, not shown as the call's)."""
         if render is None:
             return
         try:
@@ -313,7 +314,7 @@ class ContextRenderState:
             log.warning("session %s: usage not recorded: %s", render.session,
                         redact(str(getattr(e, "message", None) or type(e).__name__)))
         with self._renders_lock:
-            if self.last is render:
+            if answer and self.last is render:
                 self.last = dataclasses.replace(render, usage=usage)
 
     def usage(self, session: str | None = None) -> UsageTotals:
@@ -534,7 +535,7 @@ class _Expanding:
     def _round(self, msg: dict[str, Any], raw: Any, usage: PromptUsage | None) -> None:
         """Answer one round (blocking: it reads and writes the graph) and render again if the rounds need room."""
         state, loop = self.state, self.loop
-        state.record_usage(self.render, self.call.api, usage, streamed=self.call.stream)
+        state.record_usage(self.render, self.call.api, usage, streamed=self.call.stream, answer=False)
         try:
             again = loop.answer(msg, raw)
         except ServiceError as e:

@@ -63,9 +63,15 @@ def _refused_sweep() -> None:
 
     if not HydraConfig.initialized() or HydraConfig.get().job.num != 0:
         return
-    out = Path(HydraConfig.get().sweep.dir)
-    if not out.is_dir() or any(p.is_file() and ".hydra" not in p.parts and not p.name.endswith(".log")
-                               and p.name != "multirun.yaml" for p in out.rglob("*")):
+    hc = HydraConfig.get()
+    out = Path(hc.sweep.dir)
+    job = out / str(hc.sweep.subdir)
+    # Only this sweep's own first job in it: a sweep directory reused across runs, or shared by a sweep started in
+    # the same second, holds other entries and is left alone.
+    if not out.is_dir() or {p.name for p in out.iterdir()} - {"multirun.yaml", job.name}:
+        return
+    if job.is_dir() and any(p.is_file() and ".hydra" not in p.relative_to(job).parts and not p.name.endswith(".log")
+                            for p in job.rglob("*")):
         return
     shutil.rmtree(out, ignore_errors=True)
     parents = list(out.parents)[:2]  # the default layout's multirun/<experiment_name>, then multirun

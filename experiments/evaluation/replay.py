@@ -663,7 +663,11 @@ def expansion_round(session: Session, wanted: Mapping[int, Sequence[str]], budge
     calls, answers = [], []
     room = int(budget * expand_tool.DEFAULT_SHARE)
     for i, (seq, values) in enumerate(wanted.items()):
-        args = json.dumps({"handle": expand_tool.handle(session, seq), "match": " ".join(dict.fromkeys(values))})
+        words = list(dict.fromkeys(values))
+        # Narrowed as the tool can narrow (at most MAX_MATCH_WORDS words, split at spaces and commas), else whole.
+        narrow = len(words) <= expand_tool.MAX_MATCH_WORDS and not any(c.isspace() or c == "," for w in words
+                                                                       for c in w)
+        args = json.dumps({"handle": expand_tool.handle(session, seq), **({"match": " ".join(words)} if narrow else {})})
         cid = f"{prefix}_{i}"
         calls.append({"id": cid, "type": "function", "function": {"name": expand_tool.TOOL_NAME, "arguments": args}})
         try:

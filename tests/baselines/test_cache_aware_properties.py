@@ -62,7 +62,7 @@ def test_cache_aware_renders_stay_under_budget_and_append_while_they_fit(message
                     fresh = policy.inner.pinning(session, budget, explain=False)({})
                     assert not fresh.shortcut and not _covers(forms, _forms(fresh)), name
             last[name] = (out.messages, len(session))
-            plan = policy._plans[(session.graph.uid, session.id, budget)][1]
+            plan = policy._plans[(session.graph.uid, session.id, budget, False)][1]  # no tool offered here
             held[name] = None if plan.held is None else {q: f for q, (_, f) in plan.held.items()}
 
     for m in messages:

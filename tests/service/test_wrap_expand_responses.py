@@ -17,7 +17,7 @@ import contextrender
 from contextrender.expand import TOOL_NAME
 from contextrender.service.expansion import MAX_ROUNDS, Stop
 
-from .conftest import serve
+from .conftest import billed, serve
 from .expand_upstream import FINAL, RESPONSES_LOOKUP, TURNS, code_word, record_text, responses_script
 from .responses_upstream import ScriptedResponsesUpstream, request_history_tokens
 
@@ -77,6 +77,7 @@ def test_wrapped_responses_answer_expand_and_the_caller_gets_the_final_answer(st
         sid = client.contextrender.last.session
         expansions = client.contextrender.service.expansions(sid)
         usage = client.contextrender.usage(sid)
+        last_usage = client.contextrender.last.usage
     last = outputs[-1]
     assert last[0]["type"] == "message" and last[0]["content"][0]["text"] == FINAL + code_word(0) + "."
     assert len(outputs) == TURNS + 1  # the expand round is not one of the caller's calls
@@ -85,6 +86,7 @@ def test_wrapped_responses_answer_expand_and_the_caller_gets_the_final_answer(st
     bodies = [r["body"] for r in up.requests]
     assert all(TOOL_NAME in json.dumps(b["tools"]) for b in bodies)  # offered from the first request on
     assert usage.requests == len(bodies)  # every upstream request's usage is recorded, the round's included
+    assert last_usage is not None and last_usage.prompt == billed(len(bodies))[0]  # the caller's answer's, not a round's
     for body in bodies:
         assert request_history_tokens(body) <= B
     _round_follows(bodies)
