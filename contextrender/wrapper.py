@@ -369,7 +369,7 @@ class ContextRenderState:
 
     def create(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         history = list(messages)
-        res, _, sent = self.prepare_chat(history, offer_expand=self._offers(kwargs))
+        res, _, sent = self.prepare_chat(history, offer_expand=self.offers_expand(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
             return _Expanding(self, loop, fn, args, kwargs, self._chat_call(loop, history, kwargs)).run()
@@ -382,7 +382,7 @@ class ContextRenderState:
     async def acreate(self, fn: Any, args: tuple[Any, ...], messages: Iterable[Any], kwargs: dict[str, Any]) -> Any:
         # Syncing and rendering may embed results (CPU): off the event loop.
         history = list(messages)
-        res, _, sent = await asyncio.to_thread(self.prepare_chat, history, offer_expand=self._offers(kwargs))
+        res, _, sent = await asyncio.to_thread(self.prepare_chat, history, offer_expand=self.offers_expand(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
             return await _Expanding(self, loop, fn, args, kwargs, self._chat_call(loop, history, kwargs)).arun()
@@ -391,22 +391,26 @@ class ContextRenderState:
 
     # -- the expand tool (docs/service.md, "The expand tool") -----------------------------
 
-    def _offers(self, kwargs: Mapping[str, Any]) -> bool:
-        """Whether this chat call may offer the expand tool: the wrapper answers it (``wrap(expand=True)``) and the
-        call's ``tools`` are a list or not given (the loop adds the tool to them)."""
+    def offers_expand(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether a call may offer the expand tool: the wrapper answers it (``wrap(expand=True)``) and the call's
+        ``tools`` are a list or not given (the loop adds the tool to them)."""
         return self.expand and _tools_of(kwargs) is not None
 
-    def _expand_loop(self, res: RenderResult, sent: list[Any], kwargs: Mapping[str, Any]) -> Any:
-        """The expand loop for this call (:class:`~contextrender.service.expansion.Loop`) when its render's markers
-        can carry handles (the method's ``expand`` option, the tool offered), else None."""
-        from contextrender.service import chat_completions, expansion
+    def expand_loop(self, res: RenderResult, wire: Any, history: list[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The expand loop (:class:`~contextrender.service.expansion.Loop`) of a call whose render is ``res`` and
+        forwarded history ``history``, in the API whose pieces are ``wire``, when this call offers the tool and the
+        render's markers carry handles (the method's ``expand`` option); else None."""
+        from contextrender.service import expansion
 
-        tools = _tools_of(kwargs)
-        if not self.expand or tools is None or not expansion.offers(res):
+        if not self.offers_expand(kwargs) or not expansion.offers(res):
             return None
-        return expansion.Loop(self.service, res, chat_completions.WIRE, {"messages": sent, "tools": tools},
+        return expansion.Loop(self.service, res, wire, {wire.history: history, "tools": _tools_of(kwargs)},
                               self.budget)
 
+    def _expand_loop(self, res: RenderResult, sent: list[Any], kwargs: Mapping[str, Any]) -> Any:
+        from contextrender.service import chat_completions
+
+        return self.expand_loop(res, chat_completions.WIRE, sent, kwargs)
 
     def _chat_call(self, loop: Any, history: list[Any], kwargs: Mapping[str, Any]) -> ExpandingCall:
         """The chat completions side of the expand loop (:class:`ExpandingCall`)."""
@@ -417,12 +421,11 @@ class ContextRenderState:
             plain = dict(_plain(msg)) if msg is not None else None
             return plain, plain, chat_prompt_usage(usage_object(out))
 
-        def rerender(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+        def rerender(budget: int) -> tuple[RenderResult, list[Any]]:
             res, _, sent = self.prepare_chat(history, offer_expand=True, budget=budget)
-            return res, {"messages": sent, "tools": loop.fwd["tools"]}
+            return res, sent
 
         return ExpandingCall(
-            call_kwargs=lambda body: {"messages": body["messages"], "tools": body["tools"]},
             streaming=lambda out: stream and _first_message(out) is None,
             whole=whole, assembler=StreamAssembler,
             finish=lambda out, render: self.finish(out, sid, stream, render),
@@ -481,21 +484,20 @@ class ExpandingCall:
     """One API's side of :class:`_Expanding` (the wrapped call's expand loop): how a call is made again, how its
     answer is read, how the caller gets the final one, and how the history is rendered again at a lower budget.
 
-    ``call_kwargs(body)``: the arguments the loop's body (:meth:`~contextrender.service.expansion.Loop.body`)
-    replaces. ``streaming(out)``: whether the client returned a stream (read whole by the loop). ``whole(out)``:
+    The loop's body (:meth:`~contextrender.service.expansion.Loop.body`) replaces the call's history argument (the
+    wire's) and ``tools``. ``streaming(out)``: whether the client returned a stream (read whole by the loop). ``whole(out)``:
     a whole answer's (OpenAI-format message, raw answer for the round, usage as billed). ``assembler``: a stream's
     assembler. ``finish(out, render)`` / ``afinish``: the caller's result, recorded (``out`` a replayed stream or
     the whole answer). ``rerender(budget)``: the history rendered again at ``budget`` (blocking), as (the render,
-    the forwarded body without the tool). ``api``: what a usage row calls the API; ``stream``: the call asked for a
+    the forwarded history). ``api``: what a usage row calls the API; ``stream``: the call asked for a
     stream."""
 
-    call_kwargs: Callable[[Mapping[str, Any]], dict[str, Any]]
     streaming: Callable[[Any], bool]
     whole: Callable[[Any], tuple[dict[str, Any] | None, Any, PromptUsage | None]]
     assembler: Callable[[], _Assembler]
     finish: Callable[[Any, LastRender | None], Any]
     afinish: Callable[[Any, LastRender | None], Any]
-    rerender: Callable[[int], tuple[RenderResult, dict[str, Any]]]
+    rerender: Callable[[int], tuple[RenderResult, list[Any]]]
     api: str
     stream: bool  # the call asked for a stream (usage rows say so)
 
@@ -517,7 +519,8 @@ class _Expanding:
         self.render = state.render_of(loop.res.session)
 
     def _call_kwargs(self) -> dict[str, Any]:
-        return {**self.kwargs, **self.call.call_kwargs(self.loop.body())}
+        body, history = self.loop.body(), self.loop.wire.history
+        return {**self.kwargs, history: body[history], "tools": body["tools"]}
 
     def _read(self, out: Any, chunks: list[Any] | None) -> tuple[dict[str, Any] | None, Any, PromptUsage | None]:
         """The answer's message (OpenAI format), its raw form for the round and its usage: of the events read, or
@@ -541,9 +544,9 @@ class _Expanding:
         except ServiceError as e:
             raise _RAISED_AS[e.kind](e.message) from e
         if again is not None:
-            res, fwd = self.call.rerender(again)
+            res, history = self.call.rerender(again)
             self.render = state.render_of(res.session)
-            loop.rendered_again(res, fwd)
+            loop.rendered_again(res, {loop.wire.history: history, "tools": loop.fwd["tools"]})
         log.info("session %s: expand round %d answered (%d expansions so far, +%d history tokens)",
                  loop.res.session, loop.rounds, loop.expanded, loop.added)
 

@@ -35,6 +35,18 @@ def _multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _remove(out: Path, top: str) -> None:
+    """Remove the run directory ``out`` and, in the default layout (``<top>/<experiment_name>/<time>``), the parents
+    that held only it."""
+    shutil.rmtree(out, ignore_errors=True)
+    parents = list(out.parents)[:2]
+    for parent in parents if len(parents) == 2 and parents[1].name == top else []:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 def _refused() -> None:
     """A single job refused before it ran (the reason is on stderr): remove the output directory Hydra made for it
     (its config copy and a log of that one line) and the parents that held only it, so a failed start leaves nothing
@@ -46,13 +58,7 @@ def _refused() -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
     if not out.is_dir() or any(p.name != ".hydra" and not p.name.endswith(".log") for p in out.iterdir()):
         return
-    shutil.rmtree(out, ignore_errors=True)
-    parents = list(out.parents)[:2]  # the default layout's outputs/<experiment_name>, then outputs
-    for parent in parents if len(parents) == 2 and parents[1].name == "outputs" else []:
-        try:
-            parent.rmdir()  # only when empty
-        except OSError:
-            break
+    _remove(out, "outputs")
 
 
 def _refused_sweep() -> None:
@@ -73,13 +79,7 @@ def _refused_sweep() -> None:
     if job.is_dir() and any(p.is_file() and ".hydra" not in p.relative_to(job).parts and not p.name.endswith(".log")
                             for p in job.rglob("*")):
         return
-    shutil.rmtree(out, ignore_errors=True)
-    parents = list(out.parents)[:2]  # the default layout's multirun/<experiment_name>, then multirun
-    for parent in parents if len(parents) == 2 and parents[1].name == "multirun" else []:
-        try:
-            parent.rmdir()  # only when empty
-        except OSError:
-            break
+    _remove(out, "multirun")
 
 
 @hydra.main(config_path="pkg://contextrender.conf", config_name="config", version_base="1.3")

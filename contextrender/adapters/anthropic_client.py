@@ -46,7 +46,6 @@ from contextrender.wrapper import (
     _is_async,
     _plain,
     _Recorder,
-    _tools_of,
     usage_object,
 )
 
@@ -237,17 +236,12 @@ class Messages:
     def _offers(self, history: list[Any], kwargs: Mapping[str, Any]) -> bool:
         """Whether this call may offer the expand tool: ``wrap(expand=True)``, ``tools`` a list or not given, and
         the request ends with the user's turn."""
-        return self._state.expand and _tools_of(kwargs) is not None and _ends_with_user(history)
+        return self._state.offers_expand(kwargs) and _ends_with_user(history)
 
     def _expand_loop(self, res: RenderResult, sent: list[Any], kwargs: Mapping[str, Any]) -> Any:
-        """The expand loop for this call when its render's markers can carry handles, else None."""
-        from contextrender.service import expansion
-
-        tools = _tools_of(kwargs)
-        if not self._state.expand or tools is None or not expansion.offers(res) or not _ends_with_user(sent):
+        if not _ends_with_user(sent):
             return None
-        return expansion.Loop(self._state.service, res, anthropic_messages.WIRE, {"messages": sent, "tools": tools},
-                              self._state.budget)
+        return self._state.expand_loop(res, anthropic_messages.WIRE, sent, kwargs)
 
     def _expanding(self, loop: Any, history: list[Any], kwargs: Mapping[str, Any]) -> ExpandingCall:
         """The Messages API side of the expand loop (:class:`~contextrender.wrapper.ExpandingCall`)."""
@@ -257,12 +251,11 @@ class Messages:
             return _answer(out), anthropic_messages.answer_content(_plain(out)), \
                 anthropic_messages.prompt_usage(usage_object(out))
 
-        def rerender(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+        def rerender(budget: int) -> tuple[RenderResult, list[Any]]:
             res, sent = _prepare(state, kwargs.get("system"), history, offer_expand=True, budget=budget)
-            return res, {"messages": sent, "tools": loop.fwd["tools"]}
+            return res, sent
 
         return ExpandingCall(
-            call_kwargs=lambda body: {"messages": body["messages"], "tools": body["tools"]},
             streaming=lambda out: stream, whole=whole, assembler=AnthropicStreamAssembler,
             finish=lambda out, render: self._finish(out, sid, stream, render),
             afinish=lambda out, render: self._afinish(out, sid, stream, render),

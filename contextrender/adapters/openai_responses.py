@@ -46,7 +46,6 @@ from contextrender.wrapper import (
     _is_async,
     _plain,
     _Recorder,
-    _tools_of,
     usage_object,
 )
 
@@ -181,7 +180,7 @@ class WrappedResponses:
         if self._refuse_or_pass(kwargs):
             return fn(*args, **kwargs)
         res, sent = _prepare(self._state, kwargs.get("instructions"), kwargs.get("input"),
-                             offer_expand=self._offers(kwargs))
+                             offer_expand=self._state.offers_expand(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
             return _Expanding(self._state, loop, fn, args, kwargs, self._expanding(loop, kwargs)).run()
@@ -193,7 +192,7 @@ class WrappedResponses:
             return await fn(*args, **kwargs)
         # Syncing and rendering may embed results (CPU): off the event loop.
         res, sent = await asyncio.to_thread(_prepare, self._state, kwargs.get("instructions"), kwargs.get("input"),
-                                            offer_expand=self._offers(kwargs))
+                                            offer_expand=self._state.offers_expand(kwargs))
         loop = self._expand_loop(res, sent, kwargs)
         if loop is not None:
             return await _Expanding(self._state, loop, fn, args, kwargs, self._expanding(loop, kwargs)).arun()
@@ -223,19 +222,8 @@ class WrappedResponses:
 
     # -- the expand tool (docs/service.md, "The expand tool") -----------------------------
 
-    def _offers(self, kwargs: Mapping[str, Any]) -> bool:
-        """Whether this call may offer the expand tool (``wrap(expand=True)``, ``tools`` a list or not given)."""
-        return self._state.expand and _tools_of(kwargs) is not None
-
     def _expand_loop(self, res: RenderResult, sent: Any, kwargs: Mapping[str, Any]) -> Any:
-        """The expand loop for this call when its render's markers can carry handles, else None."""
-        from contextrender.service import expansion
-
-        tools = _tools_of(kwargs)
-        if not self._state.expand or tools is None or not expansion.offers(res):
-            return None
-        return expansion.Loop(self._state.service, res, responses_api.WIRE, {"input": _as_items(sent), "tools": tools},
-                              self._state.budget)
+        return self._state.expand_loop(res, responses_api.WIRE, _as_items(sent), kwargs)
 
     def _expanding(self, loop: Any, kwargs: Mapping[str, Any]) -> ExpandingCall:
         """The Responses API side of the expand loop (:class:`~contextrender.wrapper.ExpandingCall`)."""
@@ -245,13 +233,12 @@ class WrappedResponses:
             return _answer(out), responses_api.answer_output(_plain(out)), \
                 responses_api.prompt_usage(usage_object(out))
 
-        def rerender(budget: int) -> tuple[RenderResult, dict[str, Any]]:
+        def rerender(budget: int) -> tuple[RenderResult, list[Any]]:
             res, sent = _prepare(state, kwargs.get("instructions"), kwargs.get("input"), offer_expand=True,
                                  budget=budget)
-            return res, {"input": _as_items(sent), "tools": loop.fwd["tools"]}
+            return res, _as_items(sent)
 
         return ExpandingCall(
-            call_kwargs=lambda body: {"input": body["input"], "tools": body["tools"]},
             streaming=lambda out: stream, whole=whole, assembler=ResponsesStreamAssembler,
             finish=lambda out, render: self._finish(out, sid, stream, render),
             afinish=lambda out, render: self._afinish(out, sid, stream, render),

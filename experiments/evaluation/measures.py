@@ -288,6 +288,7 @@ class MeasureTracker:
         self._text_memo: dict[str, str] = {}
         self._readiness = ReadinessTracker()
         self._marked: dict[int, RenderedText] = {}  # what each result the last render marks with a handle shows
+        self._marked_texts: dict[int, RenderedText] = {}  # the same, of every result marked so far
         #: after :meth:`on_turn`: per result the render marked with a handle, the hidden needed values it holds
         #: (the expansions that turn's calls wait on), oldest result first
         self.expansions: dict[int, list[str]] = {}
@@ -376,8 +377,10 @@ class MeasureTracker:
         self._pending = (rendered, keys, tm)
         self._history = history
         get = history.message if hasattr(history, "message") else history.__getitem__
-        self._marked = {seq: RenderedText([Message.from_openai(get(seq), f"message {seq}").content])
-                        for seq in sorted(marked)}
+        for seq in marked:  # a result's text never changes: each is indexed once per episode
+            if seq not in self._marked_texts:
+                self._marked_texts[seq] = RenderedText([Message.from_openai(get(seq), f"message {seq}").content])
+        self._marked = {seq: self._marked_texts[seq] for seq in sorted(marked)}
         self.expansions = {}
         return tm
 

@@ -146,6 +146,28 @@ class ChatUpstream:
 # -- Messages -----------------------------------------------------------------------------------------
 
 
+def messages_content(got: Any, stream: bool) -> list[dict[str, Any]]:
+    """The content blocks an anthropic SDK client got: a message's, or a stream's events put together as the SDK
+    does (text deltas appended, a tool use's input from its JSON deltas)."""
+    if not stream:
+        return [b.model_dump(exclude_none=True) for b in got.content]
+    blocks: dict[int, dict[str, Any]] = {}
+    for ev in got:
+        if ev.type == "content_block_start":
+            blocks[ev.index] = {**ev.content_block.model_dump(exclude_none=True), "_json": ""}
+        elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+            blocks[ev.index]["text"] += ev.delta.text
+        elif ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+            blocks[ev.index]["_json"] += ev.delta.partial_json
+    out = []
+    for _, b in sorted(blocks.items()):
+        raw = b.pop("_json")
+        if b["type"] == "tool_use":
+            b["input"] = json.loads(raw or "{}")
+        out.append(b)
+    return out
+
+
 def messages_model(forever: bool = False) -> Any:
     """A :class:`~.anthropic_upstream.ScriptedAnthropic` model: content blocks from :func:`decide`."""
     count = iter(range(1, 10 ** 6))

@@ -29,6 +29,7 @@ from .expand_upstream import (
     ChatUpstream,
     chat_message,
     code_word,
+    messages_content,
     messages_model,
     record_text,
     responses_script,
@@ -237,26 +238,11 @@ def _messages_loop(client: Any, stream: bool) -> tuple[list[Any], list[Any]]:
         if stream:
             with client.messages.with_streaming_response.create(stream=True, **kw) as raw:
                 headers.append(raw.headers)
-                events = list(raw.parse())
-            blocks: dict[int, dict[str, Any]] = {}
-            for ev in events:
-                if ev.type == "content_block_start":
-                    blocks[ev.index] = ev.content_block.model_dump(exclude_none=True)
-                    blocks[ev.index].setdefault("_json", "")
-                elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
-                    blocks[ev.index]["text"] += ev.delta.text
-                elif ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
-                    blocks[ev.index]["_json"] += ev.delta.partial_json
-            content = []
-            for _, b in sorted(blocks.items()):
-                raw_json = b.pop("_json")
-                if b["type"] == "tool_use":
-                    b["input"] = json.loads(raw_json or "{}")
-                content.append(b)
+                content = messages_content(list(raw.parse()), stream=True)
         else:
             raw = client.messages.with_raw_response.create(**kw)
             headers.append(raw.headers)
-            content = [b.model_dump(exclude_none=True) for b in raw.parse().content]
+            content = messages_content(raw.parse(), stream=False)
         answers.append(content)
         history.append({"role": "assistant", "content": content})
         uses = [b for b in content if b["type"] == "tool_use"]

@@ -20,33 +20,12 @@ from contextrender.service.expansion import MAX_ROUNDS, Stop
 from .anthropic_upstream import ScriptedAnthropic
 from .anthropic_upstream import history_tokens as messages_history_tokens
 from .conftest import serve
-from .expand_upstream import FINAL, MESSAGES_LOOKUP, TURNS, code_word, messages_model, record_text
+from .expand_upstream import FINAL, MESSAGES_LOOKUP, TURNS, code_word, messages_content, messages_model, record_text
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK: pip install anthropic")
 
 B = 900
 TASK = "Look records r0 to r4 up, then tell me record 0's code word."
-
-
-def _content(got: Any, stream: bool) -> list[dict[str, Any]]:
-    """The answer's content blocks as the caller got them (a stream's events put together as the SDK does)."""
-    if not stream:
-        return [b.model_dump(exclude_none=True) for b in got.content]
-    blocks: dict[int, dict[str, Any]] = {}
-    for ev in got:
-        if ev.type == "content_block_start":
-            blocks[ev.index] = {**ev.content_block.model_dump(exclude_none=True), "_json": ""}
-        elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
-            blocks[ev.index]["text"] += ev.delta.text
-        elif ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
-            blocks[ev.index]["_json"] += ev.delta.partial_json
-    out = []
-    for _, b in sorted(blocks.items()):
-        raw = b.pop("_json")
-        if b["type"] == "tool_use":
-            b["input"] = json.loads(raw or "{}")
-        out.append(b)
-    return out
 
 
 def _add_results(history: list[dict[str, Any]], content: list[dict[str, Any]]) -> bool:
@@ -89,7 +68,7 @@ def test_wrapped_messages_answer_expand_and_the_caller_gets_the_final_answer(str
         history: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
         answers = []
         for _ in range(TURNS + 3):
-            answers.append(_content(client.messages.create(**_ask(history, stream)), stream))
+            answers.append(messages_content(client.messages.create(**_ask(history, stream)), stream))
             if not _add_results(history, answers[-1]):
                 break
         sid = client.contextrender.last.session
@@ -116,7 +95,7 @@ def test_wrapped_async_messages_answer_expand_too(stream):
         answers = []
         for _ in range(TURNS + 3):
             got = await client.messages.create(**_ask(history, stream))
-            answers.append(_content([ev async for ev in got] if stream else got, stream))
+            answers.append(messages_content([ev async for ev in got] if stream else got, stream))
             if not _add_results(history, answers[-1]):
                 break
         await client.close()
@@ -135,7 +114,7 @@ def test_an_upstream_calling_expand_forever_is_stopped():
         history: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
         with pytest.raises(Stop, match=f"{TOOL_NAME} after {MAX_ROUNDS} rounds"):
             for _ in range(TURNS + 3):
-                _add_results(history, _content(client.messages.create(**_ask(history)), False))
+                _add_results(history, messages_content(client.messages.create(**_ask(history)), False))
     bodies = [r["body"] for r in up.messages_requests()]
     assert "cap of" in json.dumps(bodies[-1]["messages"][-1])
     for body in bodies:
