@@ -248,7 +248,7 @@ class CacheAware:
         recoverable = _recoverable(self.inner, session)
         # What the model is reading back now (the answers of the expand calls since its last other turn) is shown in
         # full, by every candidate and the fresh render alike: shown weaker, it would be asked for again, and two
-        # read-backs that push each other out would never end.
+        # read-backs that push each other out would never end (docs/method.md §15, step 2).
         back: dict[int, tuple[str | None, str]] = dict.fromkeys(_reading_back(session), (None, "full")) \
             if recoverable else {}
         fresh = fresh if fresh is not None else (back and at_b(back)) or at_b({})

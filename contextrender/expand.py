@@ -109,7 +109,8 @@ def withheld() -> Iterator[None]:
     """Render, inside this block, as if the tool had never been offered: for a request that does not carry it (the
     service's render without ``offer_expand``: an assistant prefill, ``wrap(expand=False)``, a helper that hands the
     caller the live stream). Its markers carry no handles, and the cache-aware render holds back nothing on the
-    strength of an expansion the model cannot make. Per thread and task (a context variable)."""
+    strength of an expansion the model cannot make (docs/service.md, "The expand tool"). Per thread and task (a
+    context variable)."""
     token = _WITHHELD.set(True)
     try:
         yield

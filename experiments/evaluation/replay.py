@@ -658,8 +658,8 @@ def expansion_round(session: Session, wanted: Mapping[int, Sequence[str]], budge
                     prefix: str) -> list[dict[str, Any]]:
     """The expand round a model would make before a turn whose needed values ``wanted`` holds (per result marked
     with a handle, the values it holds): one assistant message calling ``contextrender_expand`` per result,
-    narrowed to those values, and the tool's answers (clipped as the service clips them), in OpenAI format.
-    Not recorded in the session: a replay bills the round, it does not learn from it."""
+    narrowed to those values, and the tool's answers (clipped as the service clips them), in OpenAI format
+    (docs/method.md §16, item 5). Not recorded in the session: a replay bills the round, it does not learn from it."""
     calls, answers = [], []
     room = int(budget * expand_tool.DEFAULT_SHARE)
     for i, (seq, values) in enumerate(wanted.items()):
