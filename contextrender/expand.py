@@ -58,17 +58,14 @@ MAX_MATCH_WORDS = 32
 #: Parts of a ``key`` path, at most.
 MAX_KEY_PARTS = 16
 
-DESCRIPTION = (f'Read back a tool result shown only as a marker [omitted; {TOOL_NAME}("<handle>")]. '
-               "`key` (a JSON path such as orders.0.items) or `match` (words or ids) returns only that part.")
+#: Short on purpose: the definition is sent with every request (read from the prompt cache, still billed), so each
+#: token of it is paid once per call; the markers themselves show the call to make (docs/method.md §16).
+DESCRIPTION = ("Read back an omitted or shortened tool result by its marker's handle. For only a part: key (JSON "
+               "path, e.g. orders.0.items) or match (words, ids).")
 PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "properties": {
-        "handle": {"type": "string", "description": "the marker's 9-digit handle"},
-        "key": {"type": "string", "description": "JSON key path, dot-separated (list items by index)"},
-        "match": {"type": "string", "description": "words or ids: matching lines, rows or members only"},
-    },
+    "properties": {"handle": {"type": "string"}, "key": {"type": "string"}, "match": {"type": "string"}},
     "required": ["handle"],
-    "additionalProperties": False,
 }
 
 

@@ -217,3 +217,20 @@ def test_the_oracle_reads_several_values_of_one_result_back_in_one_narrowed_call
     one = episode._expand({"IT00007": "IT00007"}, messages, (0, 1, False))
     assert one["handle"] == h and one["key"].startswith("orders.7") and "match" not in one
     assert episode._expand({"IT00007": "IT00007"}, messages, (0, 1, False)) == {"handle": h}  # then the whole
+
+
+def test_the_definition_sent_with_every_request_is_short_and_names_what_the_handler_takes():
+    """The definition rides in every request the tool is offered in (billed, mostly as a cached read): each API's
+    shape of it stays within 120 cl100k tokens (docs/method.md §16), and it declares exactly the arguments the
+    handler accepts, handle required."""
+    from contextrender.tokens import TokenCounter
+
+    counter = TokenCounter()
+    shapes = {"chat": ex.chat_tool(), "responses": ex.responses_tool(), "messages": ex.messages_tool()}
+    sizes = {k: counter.text(json.dumps(v)) for k, v in shapes.items()}
+    assert max(sizes.values()) <= 120, sizes
+    schemas = [shapes["chat"]["function"]["parameters"], shapes["responses"]["parameters"],
+               shapes["messages"]["input_schema"]]
+    for schema in schemas:
+        assert set(schema["properties"]) == {"handle", "key", "match"} and schema["required"] == ["handle"]
+    assert shapes["messages"]["name"] == shapes["responses"]["name"] == ex.TOOL_NAME
