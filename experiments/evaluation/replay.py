@@ -170,6 +170,8 @@ class ReplayResult:
     trace_where: list[str] = field(default_factory=list)
     #: per replayed trace, whether its history exceeded B before some turn (the cost set T, docs/method.md §7)
     exceeded_per_trace: list[bool] = field(default_factory=list)
+    #: per replayed trace, whether its line carries the agent's tool definitions (each request is billed with them)
+    tools_per_trace: list[bool] = field(default_factory=list)
     #: the model whose prices bill each profile (docs/method.md §14)
     billing_models: Mapping[str, str] = field(default_factory=lambda: dict(PROFILE_MODELS))
     #: the methods replayed with the expand tool offered (their markers carry handles; docs/method.md §16)
@@ -181,7 +183,9 @@ class ReplayResult:
         of Full's (a ratio of sums over the same traces) when Full was replayed. Output tokens are the recorded
         assistant turns'. Prices need litellm's cost map; without it the US$ figures are None."""
         chosen = [i for i, x in enumerate(self.exceeded_per_trace) if x]
-        out: dict[str, Any] = {"traces_T": len(chosen), "models": dict(self.billing_models), "methods": {}}
+        out: dict[str, Any] = {"traces_T": len(chosen), "models": dict(self.billing_models), "methods": {},
+                               "traces_T_with_tools": sum(1 for i in chosen if i < len(self.tools_per_trace)
+                                                          and self.tools_per_trace[i])}
         price = {}
         for profile, model in self.billing_models.items():
             try:
@@ -611,7 +615,9 @@ def replay_episode(episode: Episode, policies: Mapping[str, Any], tallies: Mappi
         offered = expand and expand_tool.gives_handles(policy)
         if offered:
             expand_tool.offer(session)
-        tools = [expand_tool.chat_tool()] if offered else None
+        # Each request is billed with the tool definitions it was sent with: the trace's own (where its line carries
+        # them), then the expand tool where it is offered (docs/method.md §14, §16).
+        tools = [*episode.tools, *([expand_tool.chat_tool()] if offered else [])] or None
         tracker = MeasureTracker(counter)
         billing = SessionBilling(BILLED_PROFILES, counter)  # docs/method.md §14: each request from what it sent
         billed: dict[str, list[PromptUsage]] = {p: [] for p in BILLED_PROFILES}
@@ -796,6 +802,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     prefix = f"replay-{uuid.uuid4().hex[:12]}"  # never resume sessions of an earlier run in the same file
     n = 0
     exceeded: list[bool] = []
+    with_tools: list[bool] = []
     ids: list[str] = []
     places: list[str] = []
     bar = tqdm(total=total, desc=f"replay B={budget}", unit="trace", disable=not progress,
@@ -812,6 +819,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
                 pooled = pooled + replay_episode(episode, policies, tallies, budget, graphs, f"{prefix}/{n}",
                                                  on_render, expand)
                 exceeded.append(history_exceeds(episode.messages, budget))
+                with_tools.append(bool(episode.tools))
                 n += 1
                 ids.append(episode.task_id)
                 places.append(episode.where)
@@ -830,7 +838,7 @@ def replay(episodes: Iterable[Episode], policies: Mapping[str, Any], budget: int
     trim_bound = tallies.pop(TRIM_CEILING_NAME) if trim_ceiling is not None else None
     return ReplayResult(budget, n, pooled, int(getattr(skipped, "skipped", 0) or 0), tallies, ceiling=bound,
                         trim_ceiling=trim_bound, prose_first=prose_first, trace_ids=ids, trace_where=places,
-                        exceeded_per_trace=exceeded,
+                        exceeded_per_trace=exceeded, tools_per_trace=with_tools,
                         expand=tuple(name for name, p in policies.items() if expand and expand_tool.gives_handles(p)))
 
 
@@ -1018,6 +1026,14 @@ def billing_lines(bill: Mapping[str, Any]) -> list[str]:
                 (f"${usd:.4f}" if usd is not None else "–")
             cells.append(figure + ("" if share is None or p == "none" else f" ({100 * share:.0f} %)"))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    tooled, T = bill.get("traces_T_with_tools"), bill.get("traces_T", 0)
+    if tooled is not None and tooled < T:
+        # A request's tool definitions are part of its prompt, mostly read from the cache: without them every method's
+        # bill is smaller, and a ratio to Full's is further from 1 than the provider's bill (docs/method.md §14).
+        lines += ["", f"{'None' if not tooled else f'Only {tooled}'} of these {T} traces carry the tool definitions "
+                  "their agent was offered: the other requests are billed without them (the harness writes them "
+                  "since trace lines carry `tools`; a line written before, or restored from a graph, has none), so "
+                  "each ratio to Full is further from 1 than the provider's bill was."]
     if bill.get("note"):
         lines += ["", f"No dollars: {bill['note']}"]
     return lines

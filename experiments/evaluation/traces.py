@@ -127,6 +127,9 @@ class Episode:
     line: int  # 1-based line in a JSONL trace file (0 for records of a JSON document, or not from a file)
     where: str = ""  # the record's place, as errors name it: "file:line" or "file: simulations[i]"
     benchmark: str | None = None  # the benchmark the source records (our key, τ² domain, BFCL category)
+    #: the tool definitions the agent was offered (Chat Completions shape), where the source records them: a replay
+    #: bills every request with them, as the provider billed it (docs/method.md §14); () when it does not
+    tools: tuple[dict[str, Any], ...] = ()
 
     @property
     def assistant_indices(self) -> tuple[int, ...]:
@@ -189,8 +192,13 @@ def parse_episode(obj: Any, where: str, line: int = 0) -> Episode:
     if not isinstance(task_id, str) or not task_id:
         raise TraceError(f"{where}: 'task_id' must be a non-empty string, got {task_id!r}")
     validate_messages(obj["messages"], where)
+    tools = obj.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise TraceError(f"{where}: 'tools' must be a list of tool definitions (JSON objects), as the agent's "
+                         "requests carried them; leave the key out when the trace has none")
     parts = parse_key(obj.get("key"))
-    return Episode(task_id, tuple(obj["messages"]), line, where, parts.benchmark or None if parts else None)
+    return Episode(task_id, tuple(obj["messages"]), line, where, parts.benchmark or None if parts else None,
+                   tuple(tools))
 
 
 def _episode(task_id: str, messages: list[dict[str, Any]], where: str, line: int = 0,

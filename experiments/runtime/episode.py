@@ -81,6 +81,9 @@ class Episode:
         #: Offered only where the policy's markers carry handles (its ``expand`` option): for any other the tool could
         #: read nothing back and would only cost its schema's tokens, so its runs are its strict ones.
         self.expander = ExpandTool(session, budget) if getattr(model, "expands", False) and gives_handles(policy) else None
+        #: the tool definitions the benchmark offered the agent at its latest step (the expand tool not among them): the
+        #: episode's trace line carries them, so a replay bills each request as it was sent (docs/method.md §14)
+        self.tools: list[dict[str, Any]] = []
         self.expansions = 0  # calls answered
         self.expansion_rounds = 0  # invocations that called the tool
         self._rounds_taken = 0
@@ -103,6 +106,7 @@ class Episode:
         With the expand tool offered (:attr:`expander`), the model's calls of it are answered here and the model
         is called again until it answers with something else; the message returned holds none of those calls.
         The benchmark counts the extra invocations against its own step limits (:meth:`take_rounds`)."""
+        self.tools = list(tools or [])
         if self.expander is None:
             return self._invoke(tools)
         offered = [*(tools or []), chat_tool()]

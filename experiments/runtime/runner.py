@@ -26,6 +26,7 @@ bug, neither outcome nor infrastructure: it stops the job at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -121,9 +122,11 @@ class TraceFile:
         self.kept = seen
         return repair
 
-    def append(self, key: str, task_id: str, messages: list[dict[str, Any]], *, restored: bool = False) -> None:
-        """One episode's line; ``restored``: written again from the graph (:func:`restore_traces`)."""
-        self._file.append_line(trace_line_text(task_id, messages, key=key, restored=restored))
+    def append(self, key: str, task_id: str, messages: list[dict[str, Any]], *,
+               tools: list[dict[str, Any]] | None = None, restored: bool = False) -> None:
+        """One episode's line, with the tool definitions its agent was offered; ``restored``: written again from the
+        graph (:func:`restore_traces`), which keeps no tool definitions."""
+        self._file.append_line(trace_line_text(task_id, messages, key=key, tools=tools, restored=restored))
 
 
 
@@ -352,6 +355,7 @@ class Played:
     error: str | None = None  # redacted
     retryable: bool = False  # an infrastructure error (module docstring)
     messages: list[dict[str, Any]] = field(default_factory=list)  # the transcript of an outcome
+    tools: list[dict[str, Any]] = field(default_factory=list)  # the tool definitions the agent was offered
 
 
 @dataclass(eq=False)  # identity: a job holds open files, and equal inputs are not the same run
@@ -444,7 +448,7 @@ class Job:
         rec = self._record(task, key, played)
         try:
             if not played.retryable:  # a failed attempt's partial transcript is no trace to replay
-                self.traces.append(key, task.id, played.messages)
+                self.traces.append(key, task.id, played.messages, tools=played.tools)
             self.records.append(rec)
         except Exception as exc:  # noqa: BLE001 — re-raised after the running episodes end
             # Nothing recorded, so the key is not done and the next run retries it; stop
@@ -482,6 +486,8 @@ class Job:
                 played.status, played.error = stop.status, redact(str(stop))
                 played.score = {self.metric: 0.0}
             played.messages = session.openai_messages()
+            # The definitions go into the trace as the messages do: with any known secret masked.
+            played.tools = json.loads(redact(json.dumps(played.ep.tools, ensure_ascii=False)))
             self.graph.release(session.id)  # the episode is over: its rows stay, its memory goes
         except PairingError:
             raise  # a policy split a tool call from its result: a bug, not infrastructure — stop the job

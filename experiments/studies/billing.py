@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 def chain_traces(episodes: Sequence[Mapping[str, Any]], k: int) -> list[dict[str, Any]]:
     """Consecutive groups of ``k`` recorded episodes as one session each (module docstring).
 
-    Each group keeps the first episode's leading system messages and then every other message of each episode
-    in order; call ids are prefixed with the episode's place in the group so they stay unique. A trailing group of
+    Each group keeps the first episode's leading system messages and tool definitions (where its line carries them)
+    and then every other message of each episode in order; call ids are prefixed with the episode's place in the group so they stay unique. A trailing group of
     fewer than ``k`` episodes is left out.
     """
     out = []
@@ -62,7 +62,10 @@ def chain_traces(episodes: Sequence[Mapping[str, Any]], k: int) -> list[dict[str
                 if m.get("role") == "tool" and m.get("tool_call_id"):
                     m["tool_call_id"] = f"s{j}_{m['tool_call_id']}"
                 messages.append(m)
-        out.append({"task_id": "+".join(str(ep["task_id"]) for ep in group), "messages": messages})
+        line: dict[str, Any] = {"task_id": "+".join(str(ep["task_id"]) for ep in group), "messages": messages}
+        if group[0].get("tools"):
+            line["tools"] = list(group[0]["tools"])
+        out.append(line)
     return out
 
 

@@ -619,3 +619,49 @@ def test_a_method_without_handles_is_not_offered_the_tool(tmp_path):
     res = replay([_needs_episode()], {"plain": policy}, 10**6, tmp_path / "g.sqlite", progress=False, expand=True)
     assert res.expand == () and res.methods["plain"].measures.expandable_values == 0
     assert res.methods["plain"].measures.hidden_values == 2
+
+
+def test_a_trace_lines_tool_definitions_are_read_back_and_bad_ones_named(tmp_path):
+    from contextrender.trace_line import trace_line_text
+
+    msgs = [{"role": "user", "content": "hi"}]
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "find a row",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text(trace_line_text("a", msgs, tools=tools) + "\n" + trace_line_text("b", msgs) + "\n")
+    got = list(read_traces(path))
+    assert [list(e.tools) for e in got] == [tools, []]
+    assert "tools" not in json.loads(trace_line_text("c", msgs, tools=[]))  # no key for none
+    path.write_text(json.dumps({"task_id": "a", "messages": msgs, "tools": {"name": "lookup"}}) + "\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: 'tools' must be a list of tool definitions"):
+        list(read_traces(path))
+
+
+def test_replay_bills_each_request_with_the_tool_definitions_its_trace_carries(tmp_path):
+    """The definitions are part of every prompt, read from the cache after the first request: a trace that carries
+    them is billed with them (each request's prompt grows by their tokens, and its cached prefix with it), and the
+    report says when the traces replayed lack them."""
+    from contextrender.experiments.evaluation.replay import billing_lines, replay_traces
+    from contextrender.tokens import TokenCounter
+    from contextrender.trace_line import trace_line_text
+
+    tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": "look a record up " * 100,
+                                               "parameters": {"type": "object", "properties": {
+                                                   "id": {"type": "string"}}}}} for k in range(4)]
+    lines = [json.loads(x) for x in FIXTURES[0].read_text().splitlines() if x.strip()][:3]
+    bare, tooled = tmp_path / "bare.jsonl", tmp_path / "tooled.jsonl"
+    bare.write_text("".join(trace_line_text(d["task_id"], d["messages"]) + "\n" for d in lines))
+    tooled.write_text("".join(trace_line_text(d["task_id"], d["messages"], tools=tools) + "\n" for d in lines))
+    kw = dict(embedder=HashingEmbedder(dim=64), compactor=ExtractiveCompactor(), ceiling=False)
+    without, with_ = replay_traces(bare, 150, ["full", "prune"], **kw), replay_traces(tooled, 150, ["full", "prune"], **kw)
+    T = without.billing()["traces_T"]
+    assert T == without.traces >= 2  # every trace exceeds B: the bill covers every request
+    assert with_.billing()["traces_T_with_tools"] == T and without.billing()["traces_T_with_tools"] == 0
+    per_tool = TokenCounter().text(json.dumps(tools))
+    for name in ("full", "prune"):
+        a = without.billing()["methods"][name]["anthropic"]["usage"]
+        b = with_.billing()["methods"][name]["anthropic"]["usage"]
+        assert b["prompt"] - a["prompt"] == per_tool * without.methods[name].renders  # one request per render
+        assert b["cache_read"] > a["cache_read"]  # the definitions are read from the cache after the first request
+    assert "billed without them" in "\n".join(billing_lines(without.billing()))
+    assert "billed without them" not in "\n".join(billing_lines(with_.billing()))
