@@ -167,11 +167,15 @@ billing: setup ## billed cost (anthropic, openai) vs B and vs session length →
 expand: setup ## contextrender_plus with the expand tool vs without, beside Full → results/expand/table_expand, fig_expand
 	$(PY) -m contextrender.experiments.run -m +experiment=expand $(ARGS)
 	$(PY) -m contextrender.analysis.expand --runs $(RUNS)/expand --out results/expand
-	@# Replay of Full's recorded runs with the tool offered (docs/method.md §16): values one expansion away, the bill.
-	set -e; for b in tau2_retail bfcl_multi_turn_long_context; do \
+	@# Replay of Full's recorded runs with the tool offered (docs/method.md §16): values one expansion away, the bill;
+	@# then without it (the renders a library caller's own render gives), each request billed with the trace's tools.
+	set -e; for b in tau2_retail tau2_airline bfcl_multi_turn_long_context; do \
 		$(PY) -m contextrender.cli replay $(RUNS)/expand/traces/oracle__$${b}__full__B2000.jsonl --budget 2000 \
 			--methods full,prune,contextrender,contextrender_plus --expand --no-ceiling \
-			--output results/expand/replay_$${b}_B2000.json > results/expand/replay_$${b}_B2000.md; done
+			--output results/expand/replay_$${b}_B2000.json > results/expand/replay_$${b}_B2000.md; \
+		$(PY) -m contextrender.cli replay $(RUNS)/expand/traces/oracle__$${b}__full__B2000.jsonl --budget 2000 \
+			--methods full,prune,contextrender,contextrender_plus --no-ceiling \
+			--output results/expand/replay_$${b}_B2000_no_tool.json > results/expand/replay_$${b}_B2000_no_tool.md; done
 
 appworld-setup: ## create .venv-appworld (appworld==0.1.3.post1 in its own venv; PyPI needed once)
 	bash scripts/setup_appworld.sh
