@@ -1031,9 +1031,9 @@ def billing_lines(bill: Mapping[str, Any]) -> list[str]:
         # A request's tool definitions are part of its prompt, mostly read from the cache: without them every method's
         # bill is smaller, and a ratio to Full's is further from 1 than the provider's bill (docs/method.md §14).
         lines += ["", f"{'None' if not tooled else f'Only {tooled}'} of these {T} traces carry the tool definitions "
-                  "their agent was offered: the other requests are billed without them (the harness writes them "
-                  "since trace lines carry `tools`; a line written before, or restored from a graph, has none), so "
-                  "each ratio to Full is further from 1 than the provider's bill was."]
+                  "their agent was offered: the other requests are billed without them (the harness's trace lines carry "
+                  "them; an older line, one restored from a graph and the other formats do not), so each ratio to "
+                  "Full is further from 1 than the provider's bill was."]
     if bill.get("note"):
         lines += ["", f"No dollars: {bill['note']}"]
     return lines

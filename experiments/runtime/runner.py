@@ -26,7 +26,6 @@ bug, neither outcome nor infrastructure: it stops the job at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -344,6 +343,17 @@ class Tally:
                 self.write_error = exc
 
 
+def _redacted(value: Any) -> Any:
+    """``value`` (JSON data) with :func:`redact` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): _redacted(v) for k, v in value.items()}
+    return value
+
+
 @dataclass
 class Played:
     """How one episode ended, before it is recorded."""
@@ -487,7 +497,7 @@ class Job:
                 played.score = {self.metric: 0.0}
             played.messages = session.openai_messages()
             # The definitions go into the trace as the messages do: with any known secret masked.
-            played.tools = json.loads(redact(json.dumps(played.ep.tools, ensure_ascii=False)))
+            played.tools = _redacted(played.ep.tools)
             self.graph.release(session.id)  # the episode is over: its rows stay, its memory goes
         except PairingError:
             raise  # a policy split a tool call from its result: a bug, not infrastructure — stop the job

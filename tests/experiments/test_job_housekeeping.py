@@ -416,3 +416,15 @@ def test_a_sweep_stops_at_a_missing_package_in_one_line(tmp_path):
     assert "Traceback" not in said and "Error executing job" not in said
     assert "#1 : method=full" not in said  # the second job never started
     assert not (tmp_path / "sweep").exists()  # and nothing of the refused sweep is left
+
+
+def test_tool_definitions_reach_the_trace_with_secrets_masked_and_their_shape_kept():
+    from contextrender.experiments.runtime.runner import _redacted
+
+    key = "sk-" + "A1b2C3d4" * 5
+    tools = [{"type": "function", "function": {"name": "fetch", "description": f"call with {key}",
+                                               "parameters": {"type": "object", "required": ["url"],
+                                                              "properties": {"url": {"type": "string"}}}}}]
+    got = _redacted(tools)
+    assert key not in json.dumps(got) and "***" in got[0]["function"]["description"]
+    assert got[0]["function"]["parameters"] == tools[0]["function"]["parameters"]  # nothing else touched
