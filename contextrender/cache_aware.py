@@ -300,21 +300,13 @@ class CacheAware:
                 best, best_cost = sel, cost
             return sel
 
-        # A held result keeps the form the previous render gave it, so a cut past the first one held weaker than the
-        # fresh render would show it cannot qualify: the search starts there, and a cut of none (the fresh render
-        # itself) is not tried. Where the tool is offered nothing held is required back, and every cut may qualify.
-        top = len(held) if recoverable else next(
-            (i for i, q in enumerate(held) if _KEEPS.get(prev.held[q][1], 0) < _KEEPS.get(fresh_forms.get(q, ""), 0)),
-            len(held))
-        if not top:
-            return None, fresh
         # The latest cut first: when only what arrived must be chosen again, that is the least it can re-send. Less
         # room never keeps more, so under B − h a cut is tried only where it qualified under B with more than B − h.
-        k = top
+        k = len(held)
         sel = consider(k, at_b)
-        if sel is None:
+        if sel is None and held:
             # Else the latest cut that still qualifies: an earlier cut frees more, so search by halving.
-            lo, hi = 0, top
+            lo, hi = 0, len(held)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 got = consider(mid, at_b)
