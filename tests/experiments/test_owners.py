@@ -195,4 +195,4 @@ def test_run_job_runs_a_job_object(tmp_path, monkeypatch):
     with ContextGraph(tmp_path / "graphs" / f"{job.stem}.sqlite") as g:
         assert sorted(g.session_ids()) == [session_of(k, 0) for k in keys]
     lines = [json.loads(x) for x in (tmp_path / "traces" / f"{job.stem}.jsonl").read_text().splitlines()]
-    assert sorted(x["key"] for x in lines) == keys and all(list(x) == ["task_id", "key", "messages"] for x in lines)
+    assert sorted(x["key"] for x in lines) == keys and all(list(x) == ["task_id", "key", "messages", "tools"] for x in lines)
