@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 REDACTED = "***"
 
@@ -52,6 +53,18 @@ def redact(text: str) -> str:
     text = _SECRET_PARAM.sub(lambda m: f"{m.group('lead')}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group('lead')}{REDACTED}", text)
     return _KEY_SHAPES.sub(REDACTED, text)
+
+
+def redact_data(value: Any) -> Any:
+    """``value`` (JSON data: a tool definition, a request body) with :func:`redact` applied to every string in it,
+    keys included; its shape is kept."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redact_data(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_data(v) for k, v in value.items()}
+    return value
 
 
 def redact_url(url: str) -> str:
@@ -103,5 +116,5 @@ def configure_logging(level: int | str = logging.INFO, fmt: str = LOG_FORMAT) ->
     root.setLevel(level if isinstance(level, int) else str(level).upper())
 
 
-__all__ = ["REDACTED", "RedactingFormatter", "configure_logging", "redact", "redact_handlers", "redact_url",
-           "register_secret"]
+__all__ = ["REDACTED", "RedactingFormatter", "configure_logging", "redact", "redact_data", "redact_handlers",
+           "redact_url", "register_secret"]

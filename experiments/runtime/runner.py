@@ -59,7 +59,7 @@ from contextrender.experiments.records.schema import (
 from contextrender.experiments.runtime.episode import Episode, EpisodeStop, Limits
 from contextrender.files import hold_lock, private_dir
 from contextrender.graph import ContextGraph, attempt_of, session_of
-from contextrender.redact import redact
+from contextrender.redact import redact, redact_data
 from contextrender.registry import build_policy
 from contextrender.trace_line import trace_line_text
 
@@ -343,17 +343,6 @@ class Tally:
                 self.write_error = exc
 
 
-def _redacted(value: Any) -> Any:
-    """``value`` (JSON data) with :func:`redact` applied to every string in it, keys included."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, list):
-        return [_redacted(v) for v in value]
-    if isinstance(value, dict):
-        return {redact(str(k)): _redacted(v) for k, v in value.items()}
-    return value
-
-
 @dataclass
 class Played:
     """How one episode ended, before it is recorded."""
@@ -497,7 +486,7 @@ class Job:
                 played.score = {self.metric: 0.0}
             played.messages = session.openai_messages()
             # The definitions go into the trace as the messages do: with any known secret masked.
-            played.tools = _redacted(played.ep.tools)
+            played.tools = redact_data(played.ep.tools)
             self.graph.release(session.id)  # the episode is over: its rows stay, its memory goes
         except PairingError:
             raise  # a policy split a tool call from its result: a bug, not infrastructure — stop the job

@@ -44,8 +44,8 @@ def chain_traces(episodes: Sequence[Mapping[str, Any]], k: int) -> list[dict[str
     """Consecutive groups of ``k`` recorded episodes as one session each (module docstring).
 
     Each group keeps the first episode's leading system messages and tool definitions (where its line carries them)
-    and then every other message of each episode in order; call ids are prefixed with the episode's place in the group so they stay unique. A trailing group of
-    fewer than ``k`` episodes is left out.
+    and then every other message of each episode in order; call ids are prefixed with the episode's place in the
+    group so they stay unique. A trailing group of fewer than ``k`` episodes is left out.
     """
     out = []
     for start in range(0, len(episodes) - k + 1, k):

@@ -419,12 +419,12 @@ def test_a_sweep_stops_at_a_missing_package_in_one_line(tmp_path):
 
 
 def test_tool_definitions_reach_the_trace_with_secrets_masked_and_their_shape_kept():
-    from contextrender.experiments.runtime.runner import _redacted
+    from contextrender.redact import redact_data
 
     key = "sk-" + "A1b2C3d4" * 5
     tools = [{"type": "function", "function": {"name": "fetch", "description": f"call with {key}",
                                                "parameters": {"type": "object", "required": ["url"],
                                                               "properties": {"url": {"type": "string"}}}}}]
-    got = _redacted(tools)
+    got = redact_data(tools)
     assert key not in json.dumps(got) and "***" in got[0]["function"]["description"]
     assert got[0]["function"]["parameters"] == tools[0]["function"]["parameters"]  # nothing else touched
