@@ -341,8 +341,9 @@ class ContextRenderPlus(ContextRender):
         return hit
 
     def stub_text(self, session: Session, seq: int) -> str:
-        """The omission marker plus up to ``stub_max_values`` qualifying values."""
-        marker = marker_text(session, seq)
+        """The omission marker (with the result's handle where the expand tool is offered, docs/method.md §16) plus up
+        to ``stub_max_values`` qualifying values."""
+        marker = (expand_marker if self._marker(session) is expand_marker else marker_text)(session, seq)
         vals = self.values_of(session, seq)[: self.stub_max_values]
         if not vals:
             return marker
@@ -361,7 +362,8 @@ class ContextRenderPlus(ContextRender):
         hit = self._ids.get(key)
         if hit is None:
             text = id_form(session.message(seq).content)
-            if handle:  # docs/method.md §16: a shortened result carries its handle too
+            if handle and text != ID_HEADER:  # docs/method.md §16: a shortened result carries its handle too
+                # (an id form holding no value is no form at all: the result is omitted, its marker naming the handle)
                 text = text.replace(ID_HEADER, f'{ID_HEADER[:-1]}; {EXPAND_TOOL}("{expand_handle(session, seq)}")]', 1)
             hit = (text, text_message_tokens(session.counter, text))
             _remember(self._ids, key, hit)

@@ -36,6 +36,7 @@ from contextrender.embed import LazyEmbedder, checked_output
 from contextrender.events import Usage
 from contextrender.expand import marker as expand_marker
 from contextrender.expand import offered as expand_offered
+from contextrender.expand import shortened_note
 from contextrender.graph import ResultArrays, Session
 from contextrender.render import (
     Rendered,
@@ -596,9 +597,12 @@ class ContextRender(LazyEmbedder):
         key = f"{seq}:{cap}:{self.compactor.name}"
         hit = session.latest_artifact("compaction", key)
         if hit is not None:
-            return hit["text"], Usage()
-        text, usage = self.compactor.compact(session.message(seq).content, cap)
-        session.put_artifact("compaction", key, {"text": text, "usage": usage.to_dict()})
+            text, usage = hit["text"], Usage()
+        else:
+            text, usage = self.compactor.compact(session.message(seq).content, cap)
+            session.put_artifact("compaction", key, {"text": text, "usage": usage.to_dict()})
+        if self._marker(session) is expand_marker:  # docs/method.md §16: a compaction is lossy; it says how to get the rest
+            text = f"{text}\n{shortened_note(session, seq)}"
         return text, usage
 
 

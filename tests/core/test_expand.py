@@ -70,6 +70,33 @@ def test_markers_carry_handles_only_where_the_tool_is_offered_and_only_for_metho
     assert any(m.get("content") == "[omitted]" for m in plain.messages)
 
 
+def test_every_form_that_does_not_show_a_result_in_full_names_its_handle(graph, hashing_embedder):
+    """A compaction or a stub keeps part of a result, an id form its ids, a marker nothing: where the tool is offered,
+    each says which handle reads the rest back (a compacted form without it left the model no way to the values the
+    compaction dropped)."""
+    from contextrender.compaction import ExtractiveCompactor
+
+    words = ["amber", "birch", "cedar", "dune", "elm", "fern", "grove", "heath", "iris", "juniper"]
+    prose = [" ".join(f"The {words[i % 10]} ledger of the {words[(i + k) % 10]} office stays under review until "
+                      f"the {words[(3 * i + k) % 10]} audit closes." for i in range(30)) for k in range(4)]
+    s = _session(graph, results=(ORDERS, *prose), filler=2)
+    ex.offer(s)
+    seen: dict[str, int] = {}
+    for over in ({}, {"stubs": True, "compact_omitted": False}):
+        plus = build_policy(method_config("contextrender_plus", {"cache_aware": False, **over}),
+                            embedder=hashing_embedder, compactor=ExtractiveCompactor())
+        for budget in (500, 800, 1200, 1800):
+            sel = plus.select(s, budget)
+            body = {src: str(m.get("content")) for m, src in zip(sel.rendered.messages, sel.rendered.sources,
+                                                                  strict=True) if src is not None}
+            for seq, form in sel.forms.items():
+                if form in ("full", "tabular", "not rendered"):
+                    continue  # in full, or every value kept as a table
+                seen[form] = seen.get(form, 0) + 1
+                assert [ex.resolve(s, h) for h in ex.MARKER_HANDLE.findall(body[seq])] == [seq], (budget, form)
+    assert seen.get("compacted") and seen.get("stub") and seen.get("omitted"), seen
+
+
 def test_a_narrowing_returns_only_the_matching_part(graph):
     s = _session(graph)
     tool = ex.ExpandTool(s, 4000)
