@@ -46,6 +46,11 @@ HANDLE_DIGITS = 9
 _HANDLE = re.compile(rf"^\d{{{HANDLE_DIGITS}}}$")
 #: a handle as a marker shows it: what a caller (the offline oracle, a test) reads back from a rendered message
 MARKER_HANDLE = re.compile(rf'{TOOL_NAME}\("(\d{{{HANDLE_DIGITS}}})"\)')
+#: How the line that names the results of dropped turns begins (:func:`dropped_line`), and a handle inside it.
+DROPPED_HEAD = f"[earlier turns omitted; {TOOL_NAME} reads back their results:"
+_DROPPED_LINE = re.compile(re.escape(DROPPED_HEAD) + r"[^\]]*\]")
+_QUOTED_HANDLE = re.compile(rf'"(\d{{{HANDLE_DIGITS}}})"')
+_TOOL_WORD = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: Share of B an expansion may fill in client mode when the caller names no room (project choice: the render
 #: after it must still hold the task, the newest turns and the expansion itself).
 DEFAULT_SHARE = 0.5
@@ -182,6 +187,37 @@ def shortened_note(session: Session, seq: int) -> str:
     return f'[shortened; full text: {TOOL_NAME}("{handle(session, origin(session, seq))}")]'
 
 
+def dropped_line(session: Session, seqs: Any) -> str:
+    """The line a render adds to the task message when the verbatim trim dropped whole turns (docs/method.md §5)
+    and the tool is offered: each result those turns held, by its tool's name, with its handle — a dropped turn
+    leaves no marker of its own. Empty when they held no result. A tool name that is not a plain word is left out
+    (the handle alone stays): what a client sent is text here, never markup."""
+    by_tool: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for seq in seqs:
+        if not session.is_result(seq):
+            continue  # an expansion's answer is a copy; its original is listed where it was dropped
+        h = handle(session, origin(session, seq))
+        if h in seen:
+            continue
+        seen.add(h)
+        name = session.result(seq).tool_name
+        by_tool.setdefault(name if _TOOL_WORD.match(name or "") else "", []).append(f'"{h}"')
+    if not by_tool:
+        return ""
+    parts = "; ".join(f"{name} {', '.join(hs)}".strip() for name, hs in by_tool.items())
+    return f"{DROPPED_HEAD} {parts}]"
+
+
+def handles_in(text: str) -> list[str]:
+    """The handles a rendered message's text shows: in markers and shortened forms, and in the line naming the results
+    of dropped turns (:func:`dropped_line`)."""
+    out = MARKER_HANDLE.findall(text)
+    for m in _DROPPED_LINE.finditer(text):
+        out.extend(_QUOTED_HANDLE.findall(m.group(0)))
+    return out
+
+
 def marked_results(session: Session, messages: Any) -> frozenset[int]:
     """The results a render of ``session`` leaves one expansion away: those whose handle a marker or a shortened
     form in ``messages`` (OpenAI-format, as rendered) shows. Empty where the tool was not offered."""
@@ -192,7 +228,7 @@ def marked_results(session: Session, messages: Any) -> frozenset[int]:
         content = m.get("content") if isinstance(m, Mapping) else None
         if not isinstance(content, str):
             continue
-        for h in MARKER_HANDLE.findall(content):
+        for h in handles_in(content):
             try:
                 out.add(resolve(session, h))
             except ExpandError:  # a handle the model or a client wrote: not one this render gave
@@ -479,6 +515,6 @@ class ExpandTool:
         return got.text, False
 
 
-__all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "expand",
-           "expansions", "gives_handles", "handle", "marked_results", "marker", "messages_tool", "offer", "offered",
+__all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "dropped_line", "expand",
+           "expansions", "gives_handles", "handle", "handles_in", "marked_results", "marker", "messages_tool", "offer", "offered",
            "origin", "record", "resolve", "responses_tool", "shortened_note", "withheld"]

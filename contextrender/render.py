@@ -20,7 +20,7 @@ policies' constructors.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
@@ -376,6 +376,15 @@ class Trim:
     kept: tuple[int, ...]  # history seqs still rendered
     base_tokens: int  # Tok with every kept result as its marker
     clipped_first_user: str | None = None  # the task message's body when shortened (§5 "The task") or clipped
+    #: (where, text): the line naming the dropped turns' results, placed before that seq (docs/method.md §16)
+    dropped_note: tuple[int, str] | None = None
+
+    def inserts(self) -> dict[int, list[dict[str, Any]]]:
+        """:func:`assemble`'s ``inserts`` for the dropped-turns line (none without it)."""
+        if self.dropped_note is None:
+            return {}
+        at, text = self.dropped_note
+        return {at: [{"role": "user", "content": text}]}
 
 
 #: Once the verbatim messages overflow B, trim them to this share of B (project choice, docs/method.md §5).
@@ -407,7 +416,8 @@ def _wrapped_first(session: Session, starts: np.ndarray, order: np.ndarray) -> n
 
 def fit_verbatim(session: Session, scope: Scope, budget: int,
                  target_share: float = TRIM_TARGET_SHARE, *, prose_first: bool = False,
-                 marker_cost: np.ndarray | None = None) -> Trim:
+                 marker_cost: np.ndarray | None = None,
+                 dropped_line: Callable[[Sequence[int]], str] | None = None) -> Trim:
     """Charge user/assistant messages first; if they alone exceed B, drop the oldest turns.
 
     The paper does not say what gives when the verbatim messages exceed B
@@ -440,6 +450,10 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
 
     ``marker_cost``: Tok of each result's marker (in :meth:`~contextrender.graph.Session.result_arrays` order) when
     it is not the stored one (the expand tool's markers, docs/method.md §16); default the stored marker's.
+
+    ``dropped_line`` (where the expand tool is offered, docs/method.md §16): given the seqs of the dropped messages,
+    a line naming how to read their results back; it becomes one user-role message where the first dropped message
+    was (:attr:`Trim.dropped_note`), charged to B, and is left out when it does not fit (or names nothing).
     """
     arrays = session.result_arrays()
     markers = arrays.marker_ntok if marker_cost is None else marker_cost
@@ -486,6 +500,14 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
 
     kept, total = drop_to(total)
     clipped = words
+    if dropped_line is not None:
+        held = set(kept)
+        gone = [s for s in scope.history if s not in held]
+        line = dropped_line(gone) if gone else ""
+        line_cost = text_message_tokens(session.counter, line) if line else 0
+        if line and total + line_cost <= budget:
+            # docs/method.md §16: one user-role line where the first dropped message was, charged to B
+            return Trim(kept, total + line_cost, clipped, (gone[0], line))
     if total > budget and first_seq is not None and first_seq in kept:
         counter = session.counter
         text = session.message(first_seq).content if words is None else words

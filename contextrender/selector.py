@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,6 +35,7 @@ import numpy as np
 from contextrender.compaction import Compactor
 from contextrender.embed import LazyEmbedder, checked_output
 from contextrender.events import Usage
+from contextrender.expand import dropped_line as expand_dropped_line
 from contextrender.expand import marker as expand_marker
 from contextrender.expand import offered as expand_offered
 from contextrender.expand import shortened_note
@@ -405,8 +407,9 @@ class ContextRender(LazyEmbedder):
         expand_cost = None if mark is not expand_marker else np.fromiter(
             (text_message_tokens(session.counter, mark(session, s)) for s in results), dtype=np.int64, count=n)
         with _span(profile, "trim"):
-            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first,  # docs/method.md §5 step 3
-                                marker_cost=expand_cost)
+            # docs/method.md §5 step 3; §16: where the tool is offered, the results of dropped turns stay named
+            trim = fit_verbatim(session, scope, budget, prose_first=self.trim_prose_first, marker_cost=expand_cost,
+                                dropped_line=None if expand_cost is None else partial(expand_dropped_line, session))
         if len(trim.kept) == len(scope.history):
             cand = np.ones(n, dtype=bool)
         else:
@@ -525,9 +528,11 @@ class ContextRender(LazyEmbedder):
         """Step 6: chronological assembly, the budget check on what was assembled
         (:func:`~contextrender.render.seal`, as every policy ends), explanations."""
         with _span(profile, "assemble"):
-            assembled = assemble(session, st.scope, st.trim.kept, bodies)
+            assembled = assemble(session, st.scope, st.trim.kept, bodies, st.trim.inserts())
         with _span(profile, "history_tokens"):
             tokens = _history_tokens(session, st.trim.kept, bodies, markers)
+            if st.trim.dropped_note is not None:  # docs/method.md §16: the line naming the dropped turns' results
+                tokens += text_message_tokens(session.counter, st.trim.dropped_note[1])
         full_shown = choice.chosen.copy()
         full_shown[list(st.compacted)] = False  # a compacted form is not the result's full text
         for i, (body, _) in st.pinned.items():

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextrender.events import Completion, Usage
-from contextrender.expand import MARKER_HANDLE, MAX_MATCH_WORDS, TOOL_NAME, ExpandError, resolve
+from contextrender.expand import MAX_MATCH_WORDS, TOOL_NAME, ExpandError, handles_in, resolve
 from contextrender.graph import Session
 from contextrender.readiness import MIN_CHARS, numbers_in, occurs
 from contextrender.tokens import TokenCounter
@@ -318,7 +318,8 @@ class OracleEpisode:
             self._tried_at, self._tried = at, set()
         if not hidden:
             return None
-        handles = {h for m in messages if m.get("role") == "tool" for h in MARKER_HANDLE.findall(_message_text(m))}
+        # In markers and shortened forms, and in the line the task message ends with when whole turns were dropped
+        handles = {h for m in messages if m.get("role") in ("tool", "user") for h in handles_in(_message_text(m))}
         best: tuple[int, int, dict[str, str], str] | None = None
         for h in sorted(handles):
             try:

@@ -97,6 +97,36 @@ def test_every_form_that_does_not_show_a_result_in_full_names_its_handle(graph, 
     assert seen.get("compacted") and seen.get("stub") and seen.get("omitted"), seen
 
 
+def test_turns_the_trim_dropped_leave_a_line_naming_their_results_handles(graph, hashing_embedder):
+    """When the verbatim messages alone overflow B, whole turns go, calls and results together, and leave no marker
+    (docs/method.md §5). Where the tool is offered, one user-role line where they were names each dropped result's
+    tool and handle, charged to B; without the tool, and for the paper's method, nothing changes."""
+    s = graph.session("long")
+    s.add({"role": "system", "content": "You are a helpful agent."})
+    s.add({"role": "user", "content": "Check every account."})
+    for k in range(30):
+        s.add({"role": "assistant", "content": f"Looking up account number {k} in the ledger now, then the next.",
+               "tool_calls": [{"id": f"c{k}", "type": "function",
+                               "function": {"name": "get_account", "arguments": json.dumps({"n": k})}}]})
+        s.add({"role": "tool", "tool_call_id": f"c{k}", "content": json.dumps({"account": f"AC{k:04d}", "ok": True})})
+    plus = _plus(hashing_embedder)
+    plain = plus.render(s, 500)
+    assert not any(ex.DROPPED_HEAD in str(m.get("content")) for m in plain.messages)
+    ex.offer(s)
+    r = plus.render(s, 500)
+    assert r.tokens <= 500
+    [line] = [m for m in r.messages if ex.DROPPED_HEAD in str(m.get("content"))]
+    assert line["role"] == "user" and "get_account" in line["content"]
+    named = {ex.resolve(s, h) for h in ex.handles_in(line["content"])}
+    shown = {src for src in r.sources if src is not None}
+    dropped = {q.seq for q in s.results} - shown
+    assert dropped and named == dropped  # every dropped result, and only those
+    assert dropped <= ex.marked_results(s, r.messages)  # one expansion away
+    assert r.sources[r.messages.index(line)] is None  # not a stored message
+    paper = build_policy(method_config("contextrender"), embedder=hashing_embedder)
+    assert not any(ex.DROPPED_HEAD in str(m.get("content")) for m in paper.render(s, 500).messages)
+
+
 def test_a_narrowing_returns_only_the_matching_part(graph):
     s = _session(graph)
     tool = ex.ExpandTool(s, 4000)
