@@ -188,10 +188,10 @@ def shortened_note(session: Session, seq: int) -> str:
 
 
 def dropped_line(session: Session, seqs: Any) -> str:
-    """The line a render adds to the task message when the verbatim trim dropped whole turns (docs/method.md §5)
-    and the tool is offered: each result those turns held, by its tool's name, with its handle — a dropped turn
-    leaves no marker of its own. Empty when they held no result. A tool name that is not a plain word is left out
-    (the handle alone stays): what a client sent is text here, never markup."""
+    """The user-role line a render puts where whole turns were dropped (the verbatim trim, docs/method.md §5) when the
+    tool is offered: each result those turns held, by its tool's name, with its handle — a dropped turn leaves no
+    marker of its own. Empty when they held no result. A tool name that is not a plain word is left out (the handle
+    alone stays): what a client sent is text here, never markup."""
     by_tool: dict[str, list[str]] = {}
     seen: set[str] = set()
     for seq in seqs:
@@ -515,6 +515,6 @@ class ExpandTool:
         return got.text, False
 
 
-__all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "dropped_line", "expand",
-           "expansions", "gives_handles", "handle", "handles_in", "marked_results", "marker", "messages_tool", "offer", "offered",
-           "origin", "record", "resolve", "responses_tool", "shortened_note", "withheld"]
+__all__ = ["DEFAULT_SHARE", "TOOL_NAME", "ExpandError", "ExpandTool", "Expansion", "chat_tool", "dropped_line",
+           "expand", "expansions", "gives_handles", "handle", "handles_in", "marked_results", "marker", "messages_tool",
+           "offer", "offered", "origin", "record", "resolve", "responses_tool", "shortened_note", "withheld"]

@@ -31,7 +31,8 @@ position in the script; when none is left, the value is emitted wrong as in ``st
 episode are recorded (``OracleEpisode.rereads``).
 ``expand`` models an agent offered the expand tool (docs/method.md §16): before a call (or closing message)
 that needs a hidden value, the oracle calls ``contextrender_expand`` with a handle it can see in the render — the
-marker of an omitted result that holds the value — narrowed to the JSON member that holds it (``key``), as an
+marker of an omitted or shortened result that holds the value, or the line naming the results of turns the trim
+dropped — narrowed to the JSON member that holds it (``key``), as an
 agent that knows what it looks for would ask, then, if that does not bring it back, the whole result — and
 proceeds when the policy shows the value. Each expansion is an invocation of its own, charged like any other and counted against
 the benchmark's step limits (the episode answers it, as the service would). A value held by no visible handle
