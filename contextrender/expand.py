@@ -31,7 +31,7 @@ import hmac
 import json
 import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -187,7 +187,7 @@ def shortened_note(session: Session, seq: int) -> str:
     return f'[shortened; full text: {TOOL_NAME}("{handle(session, origin(session, seq))}")]'
 
 
-def dropped_line(session: Session, seqs: Any) -> str:
+def dropped_line(session: Session, seqs: Iterable[int]) -> str:
     """The user-role line a render puts where whole turns were dropped (the verbatim trim, docs/method.md §5) when the
     tool is offered: each result those turns held, by its tool's name, with its handle — a dropped turn leaves no
     marker of its own. Empty when they held no result. A tool name that is not a plain word is left out (the handle

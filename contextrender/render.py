@@ -376,14 +376,15 @@ class Trim:
     kept: tuple[int, ...]  # history seqs still rendered
     base_tokens: int  # Tok with every kept result as its marker
     clipped_first_user: str | None = None  # the task message's body when shortened (§5 "The task") or clipped
-    #: (where, text): the line naming the dropped turns' results, placed before that seq (docs/method.md §16)
-    dropped_note: tuple[int, str] | None = None
+    #: (where, text, Tok): the line naming the dropped turns' results, placed before that seq (docs/method.md §16);
+    #: its Tok is in ``base_tokens``
+    dropped_note: tuple[int, str, int] | None = None
 
     def inserts(self) -> dict[int, list[dict[str, Any]]]:
         """:func:`assemble`'s ``inserts`` for the dropped-turns line (none without it)."""
         if self.dropped_note is None:
             return {}
-        at, text = self.dropped_note
+        at, text, _ = self.dropped_note
         return {at: [{"role": "user", "content": text}]}
 
 
@@ -507,7 +508,7 @@ def fit_verbatim(session: Session, scope: Scope, budget: int,
         line_cost = text_message_tokens(session.counter, line) if line else 0
         if line and total + line_cost <= budget:
             # docs/method.md §16: one user-role line where the first dropped message was, charged to B
-            return Trim(kept, total + line_cost, clipped, (gone[0], line))
+            return Trim(kept, total + line_cost, clipped, (gone[0], line, line_cost))
     if total > budget and first_seq is not None and first_seq in kept:
         counter = session.counter
         text = session.message(first_seq).content if words is None else words

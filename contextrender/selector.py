@@ -532,7 +532,7 @@ class ContextRender(LazyEmbedder):
         with _span(profile, "history_tokens"):
             tokens = _history_tokens(session, st.trim.kept, bodies, markers)
             if st.trim.dropped_note is not None:  # docs/method.md §16: the line naming the dropped turns' results
-                tokens += text_message_tokens(session.counter, st.trim.dropped_note[1])
+                tokens += st.trim.dropped_note[2]
         full_shown = choice.chosen.copy()
         full_shown[list(st.compacted)] = False  # a compacted form is not the result's full text
         for i, (body, _) in st.pinned.items():

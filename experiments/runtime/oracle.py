@@ -319,7 +319,7 @@ class OracleEpisode:
             self._tried_at, self._tried = at, set()
         if not hidden:
             return None
-        # In markers and shortened forms, and in the line the task message ends with when whole turns were dropped
+        # In markers and shortened forms, and in the user-role line naming the results of turns the trim dropped
         handles = {h for m in messages if m.get("role") in ("tool", "user") for h in handles_in(_message_text(m))}
         best: tuple[int, int, dict[str, str], str] | None = None
         for h in sorted(handles):
